@@ -1,0 +1,61 @@
+# Two commands for a new user: `make run` and `make test`. Both create the
+# virtualenv, install the CPU torch first (an unpinned torch would pull a
+# multi-GB CUDA build), install the project with its test and lint extras and
+# build the C++ extension.
+PYTHON ?= python3
+VENV ?= .venv
+# Another torch build: make TORCH_SPEC='torch==2.13.0' TORCH_PIP_ARGS='--index-url ...'
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.stamp
+CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
+
+.PHONY: setup run demo test test-fast lint format bench clean
+
+setup: $(STAMP)/ext
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# Dependencies: torch first, then the build backend (editable builds run without
+# isolation so that rebuilds reuse build/), then the project and its extras.
+$(STAMP)/deps: pyproject.toml | $(PY)
+	$(PIP) install --quiet $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
+	$(PIP) install --quiet --no-build-isolation -e ".[test,lint]"
+	@mkdir -p $(STAMP) && touch $@
+
+# The C++ extension: rebuilt when a source changes.
+$(STAMP)/ext: $(STAMP)/deps $(CSRC)
+	$(PIP) install --quiet --no-build-isolation --no-deps -e .
+	@touch $@
+
+run: setup
+	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+format: setup
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+bench: setup
+	$(PIP) install --quiet envpool || echo "envpool did not install; the benchmark runs without it"
+	$(PY) benchmarks/env_throughput.py
+
+clean:
+	rm -rf build $(VENV)/.stamp

@@ -1,0 +1,346 @@
+"""Gymnasium faces of the compiled environments.
+
+Every class of the compiled module ``sim_ext._core`` that carries an ``env_name``
+(one ``bind_env<...>`` line in ``csrc/bindings.cpp``) gets two Python classes here,
+built by :func:`vector_env_class` and :func:`env_class`:
+
+* ``<Name>VectorEnv``: a :class:`gymnasium.vector.VectorEnv` over the whole batch,
+  NEXT_STEP autoreset, one C++ call per ``step``;
+* ``<Name>Env``: a single :class:`gymnasium.Env` (the batch engine with one env).
+
+and Gymnasium ids ``sim_ext/<env_name>`` with both ``entry_point`` and
+``vector_entry_point`` (see :func:`register_all`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, ClassVar, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from sim_ext import _core
+
+ID_PREFIX = "sim_ext/"
+
+
+def core_classes() -> dict[str, Any]:
+    """The compiled batch environments, keyed by their Gymnasium name (``CartPole-v1``)."""
+    found = {}
+    for attr in dir(_core):
+        cls = getattr(_core, attr)
+        if isinstance(cls, type) and isinstance(getattr(cls, "env_name", None), str):
+            found[cls.env_name] = cls
+    return found
+
+
+def _spaces(core: Any) -> tuple[spaces.Box, spaces.Space[Any]]:
+    obs = spaces.Box(
+        low=np.asarray(core.obs_low, dtype=np.float32),
+        high=np.asarray(core.obs_high, dtype=np.float32),
+        dtype=np.float32,
+    )
+    act: spaces.Space[Any]
+    if core.discrete:
+        act = spaces.Discrete(core.num_actions)
+    else:
+        act = spaces.Box(
+            low=np.asarray(core.act_low, dtype=np.float32),
+            high=np.asarray(core.act_high, dtype=np.float32),
+            dtype=np.float32,
+        )
+    return obs, act
+
+
+def _fresh_seed() -> int:
+    return secrets.randbits(63)
+
+
+class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
+    """A batch of ``num_envs`` C++ environments behind Gymnasium's VectorEnv API.
+
+    ``env_config`` keywords go to the C++ environment, which checks them (unknown
+    keys and out-of-range values raise ``ValueError``).
+
+    ``copy=True`` (Gymnasium's default for its own vector envs) returns fresh
+    arrays from ``reset``/``step``. With ``copy=False`` they are read-only views of
+    the environment's own output buffers, overwritten by the next ``step``: the
+    fastest path, for callers that consume a step before taking the next. RLlib's
+    env runner keeps per-env rows of the observation array across steps, so it
+    needs ``copy=True``.
+    """
+
+    core_class: ClassVar[Any]
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, num_envs: int = 1, *, copy: bool = True, **env_config: Any) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
+            raise TypeError(f"{self.core_class.env_name}: num_envs must be an int, got {num_envs!r}")
+        self._core = self.core_class(int(num_envs), env_config)
+        self.num_envs = int(num_envs)
+        self.copy = copy
+        self.env_config = dict(env_config)
+        self.single_observation_space, self.single_action_space = _spaces(self._core)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.render_mode = None
+        # Views of the C++ output buffers, made once: step() hands them out as is.
+        self._obs = self._core.obs
+        self._reward = self._core.reward
+        self._terminated = self._core.terminated
+        self._truncated = self._core.truncated
+        self._seeded = False
+
+    @property
+    def max_episode_steps(self) -> int:
+        return int(self._core.max_episode_steps)
+
+    @property
+    def elapsed_steps(self) -> np.ndarray:
+        """Steps taken in each env's current episode (read-only view)."""
+        return self._core.elapsed_steps  # type: ignore[no-any-return]
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Resets all envs, or those in ``options["reset_mask"]`` (a bool array).
+
+        ``seed``: an int seeds env ``i`` from ``(seed, i)``; a list gives each env
+        its own seed (``None`` entries keep their stream); ``None`` continues the
+        streams (drawing fresh entropy on the first reset).
+        """
+        mask = None
+        if options:
+            unknown = set(options) - {"reset_mask"}
+            if unknown:
+                raise ValueError(
+                    f"{self.core_class.env_name}: unknown reset option(s) {sorted(unknown)}; "
+                    "valid: 'reset_mask'"
+                )
+            mask = options.get("reset_mask")
+        if isinstance(seed, (list, tuple)):
+            if len(seed) != self.num_envs:
+                raise ValueError(
+                    f"{self.core_class.env_name}: got {len(seed)} seeds for {self.num_envs} envs"
+                )
+            for i, s in enumerate(seed):
+                if s is not None:
+                    self._core.seed_one(i, _check_seed(s))
+            self._seeded = True
+            super().reset(seed=None)
+        elif seed is not None:
+            self._core.seed(_check_seed(seed))
+            self._seeded = True
+            super().reset(seed=seed)
+        elif not self._seeded:
+            self._core.seed(_fresh_seed())
+            self._seeded = True
+        self._core.reset(mask)
+        return (self._obs.copy() if self.copy else self._obs), {}
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self._core.step(actions)
+        if self.copy:
+            return (
+                self._obs.copy(),
+                self._reward.copy(),
+                self._terminated.copy(),
+                self._truncated.copy(),
+                {},
+            )
+        return self._obs, self._reward, self._terminated, self._truncated, {}
+
+    def get_state(self) -> np.ndarray:
+        """The physical state of every env, shape ``(num_envs, state_dim)``, float64."""
+        return self._core.get_state()  # type: ignore[no-any-return]
+
+    def set_state(self, state: np.ndarray) -> None:
+        """Overwrites the physical state (observations follow; counters do not)."""
+        self._core.set_state(state)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._core.close()
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return bool(self._core.closed)
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        # gymnasium.vector.VectorEnv.close() sets this; the C++ flag is the truth.
+        pass
+
+
+class SimEnv(gym.Env):  # type: ignore[type-arg]
+    """One C++ environment behind Gymnasium's Env API (no autoreset: call reset())."""
+
+    core_class: ClassVar[Any]
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, render_mode: str | None = None, **env_config: Any) -> None:
+        if render_mode is not None:
+            raise ValueError(
+                f"{self.core_class.env_name}: render_mode={render_mode!r} is not supported; "
+                "valid: None"
+            )
+        self._core = self.core_class(1, env_config)
+        self.env_config = dict(env_config)
+        self.observation_space, self.action_space = _spaces(self._core)
+        self._discrete = bool(self._core.discrete)
+        self._act_dim = int(self._core.act_dim)
+        self._actions = (
+            np.zeros(1, dtype=np.int64)
+            if self._discrete
+            else np.zeros((1, self._act_dim), dtype=np.float32)
+        )
+        self._obs = self._core.obs
+        self._episode_over = True
+        self._seeded = False
+
+    @property
+    def max_episode_steps(self) -> int:
+        return int(self._core.max_episode_steps)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(
+                f"{self.core_class.env_name}: unknown reset option(s) {sorted(options)}; valid: none"
+            )
+        if seed is not None:
+            self._core.seed(_check_seed(seed))
+        elif not self._seeded:
+            self._core.seed(_fresh_seed())
+        self._seeded = True
+        self._core.reset(None)
+        self._episode_over = False
+        return self._obs[0].copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._core.closed:
+            raise RuntimeError(f"{self.core_class.env_name}: environment is closed")
+        if self._episode_over:
+            raise RuntimeError(
+                f"{self.core_class.env_name}: step() called at the end of an episode or before "
+                "the first reset(); call reset() first"
+            )
+        self._load_action(action)
+        self._core.step(self._actions)
+        terminated = bool(self._core.terminated[0])
+        truncated = bool(self._core.truncated[0])
+        self._episode_over = terminated or truncated
+        return self._obs[0].copy(), float(self._core.reward[0]), terminated, truncated, {}
+
+    def _load_action(self, action: Any) -> None:
+        name = self.core_class.env_name
+        if self._discrete:
+            if isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+                action = action.item()
+            if isinstance(action, bool) or not isinstance(action, (int, np.integer)):
+                raise TypeError(
+                    f"{name}: action must be an int in [0, {self._core.num_actions}), "
+                    f"got {action!r} ({type(action).__name__})"
+                )
+            if not 0 <= action < self._core.num_actions:
+                raise ValueError(
+                    f"{name}: action {action} is out of range; expected an int in "
+                    f"[0, {self._core.num_actions})"
+                )
+            self._actions[0] = action
+            return
+        arr = np.asarray(action)
+        if arr.dtype.kind != "f" or arr.shape != (self._act_dim,):
+            raise TypeError(
+                f"{name}: action must be a float array of shape ({self._act_dim},), "
+                f"got {action!r} (dtype {arr.dtype}, shape {arr.shape})"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name}: action must be finite, got {arr.tolist()}")
+        self._actions[0] = arr
+
+    def get_state(self) -> np.ndarray:
+        """The physical state, shape ``(state_dim,)``, float64."""
+        return self._core.get_state()[0]  # type: ignore[no-any-return]
+
+    def set_state(self, state: np.ndarray) -> None:
+        self._core.set_state(np.asarray(state, dtype=np.float64).reshape(1, -1))
+
+    def close(self) -> None:
+        self._core.close()
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+    return int(seed)
+
+
+def _class_stem(env_name: str) -> str:
+    return env_name.split("-v")[0]
+
+
+def vector_env_class(env_name: str) -> type[SimVectorEnv]:
+    """The VectorEnv class of one compiled environment (``CartPole-v1`` -> CartPoleVectorEnv)."""
+    return _CLASSES[f"{_class_stem(env_name)}VectorEnv"]  # type: ignore[return-value]
+
+
+def env_class(env_name: str) -> type[SimEnv]:
+    """The single-env class of one compiled environment (``CartPole-v1`` -> CartPoleEnv)."""
+    return _CLASSES[f"{_class_stem(env_name)}Env"]  # type: ignore[return-value]
+
+
+def _build_classes() -> dict[str, type]:
+    built: dict[str, type] = {}
+    for env_name, core in core_classes().items():
+        stem = _class_stem(env_name)
+        for base, suffix in ((SimVectorEnv, "VectorEnv"), (SimEnv, "Env")):
+            name = stem + suffix
+            # Module-level names keep these picklable by reference (Ray ships env creators).
+            built[name] = type(name, (base,), {"core_class": core, "__module__": __name__})
+    return built
+
+
+_CLASSES = _build_classes()
+globals().update(_CLASSES)
+
+
+def env_ids() -> list[str]:
+    """The Gymnasium ids of all compiled environments (``sim_ext/CartPole-v1``, ...)."""
+    return [ID_PREFIX + name for name in sorted(core_classes())]
+
+
+def register_all() -> None:
+    """Registers ``sim_ext/<name>`` for every compiled environment (idempotent).
+
+    The environments enforce their own time limits (``max_episode_steps`` in
+    env_config), so the specs carry none: Gymnasium would otherwise add a second
+    TimeLimit that ignores the env_config value.
+    """
+    for env_name in core_classes():
+        env_id = ID_PREFIX + env_name
+        if env_id in gym.registry:
+            continue
+        stem = _class_stem(env_name)
+        gym.register(
+            id=env_id,
+            entry_point=f"{__name__}:{stem}Env",
+            vector_entry_point=f"{__name__}:{stem}VectorEnv",
+        )
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
