@@ -30,10 +30,12 @@ $(STAMP)/deps: pyproject.toml | $(PY)
 	$(PIP) install --quiet --no-build-isolation -e ".[test,lint]"
 	@mkdir -p $(STAMP) && touch $@
 
-# The C++ extension: rebuilt when a source changes.
+# The C++ extension: rebuilt when a source changes. The stamp takes the time the
+# build started, so a source edited during a build triggers the next one.
 $(STAMP)/ext: $(STAMP)/deps $(CSRC)
+	@touch $@.start
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
-	@touch $@
+	@mv $@.start $@
 
 run: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096

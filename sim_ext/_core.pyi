@@ -1,17 +1,17 @@
-"""Type stub of the compiled module (csrc/bindings.cpp); tests/test_stub.py checks it against the real one."""
+"""Type stub of the compiled module (csrc/bindings.cpp), checked by tests/test_stub.py."""
 
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-ConfigValue = bool | int | float | str | None
+_ConfigValue = bool | int | float | str | None
 
 class _BatchEnv:
     """A batch of environments stepped by one call (the methods of core/binding.h)."""
 
     env_name: ClassVar[str]
-    def __init__(self, num_envs: int, config: dict[str, ConfigValue] = ...) -> None: ...
+    def __init__(self, num_envs: int, config: dict[str, _ConfigValue] = ...) -> None: ...
     @property
     def num_envs(self) -> int: ...
     @property
@@ -55,4 +55,7 @@ class _BatchEnv:
     def close(self) -> None: ...
 
 # One line per environment registered in csrc/bindings.cpp.
+class Acrobot(_BatchEnv): ...
 class CartPole(_BatchEnv): ...
+class GridMaze(_BatchEnv): ...
+class Pendulum(_BatchEnv): ...

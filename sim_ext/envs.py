@@ -33,8 +33,9 @@ def core_classes() -> dict[str, Any]:
     found = {}
     for attr in dir(_core):
         cls = getattr(_core, attr)
-        if isinstance(cls, type) and isinstance(getattr(cls, "env_name", None), str):
-            found[cls.env_name] = cls
+        name = getattr(cls, "env_name", None)
+        if isinstance(cls, type) and isinstance(name, str):
+            found[name] = cls
     return found
 
 
@@ -75,11 +76,16 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
     """
 
     core_class: ClassVar[Any]
-    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    metadata: dict[str, Any] = {  # noqa: RUF012 (Gymnasium's own convention)
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        "render_modes": [],
+    }
 
     def __init__(self, num_envs: int = 1, *, copy: bool = True, **env_config: Any) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
-            raise TypeError(f"{self.core_class.env_name}: num_envs must be an int, got {num_envs!r}")
+            raise TypeError(
+                f"{self.core_class.env_name}: num_envs must be an int, got {num_envs!r}"
+            )
         self._core = self.core_class(int(num_envs), env_config)
         self.num_envs = int(num_envs)
         self.copy = copy
@@ -116,32 +122,39 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         its own seed (``None`` entries keep their stream); ``None`` continues the
         streams (drawing fresh entropy on the first reset).
         """
+        name = self.core_class.env_name
         mask = None
         if options:
             unknown = set(options) - {"reset_mask"}
             if unknown:
                 raise ValueError(
-                    f"{self.core_class.env_name}: unknown reset option(s) {sorted(unknown)}; "
-                    "valid: 'reset_mask'"
+                    f"{name}: unknown reset option(s) {sorted(unknown)}; valid: 'reset_mask'"
                 )
             mask = options.get("reset_mask")
+            if mask is not None and not (
+                isinstance(mask, np.ndarray)
+                and mask.dtype == np.bool_
+                and mask.shape == (self.num_envs,)
+            ):
+                raise ValueError(
+                    f"{name}: reset_mask must be a numpy bool array of shape ({self.num_envs},), "
+                    f"got {mask!r}"
+                )
+        # Check every seed before touching any stream: a refused reset changes nothing.
         if isinstance(seed, (list, tuple)):
             if len(seed) != self.num_envs:
-                raise ValueError(
-                    f"{self.core_class.env_name}: got {len(seed)} seeds for {self.num_envs} envs"
-                )
-            for i, s in enumerate(seed):
+                raise ValueError(f"{name}: got {len(seed)} seeds for {self.num_envs} envs")
+            seeds = [None if s is None else _check_seed(s) for s in seed]
+            for i, s in enumerate(seeds):
                 if s is not None:
-                    self._core.seed_one(i, _check_seed(s))
-            self._seeded = True
+                    self._core.seed_one(i, s)
             super().reset(seed=None)
         elif seed is not None:
             self._core.seed(_check_seed(seed))
-            self._seeded = True
             super().reset(seed=seed)
         elif not self._seeded:
             self._core.seed(_fresh_seed())
-            self._seeded = True
+        self._seeded = True
         self._core.reset(mask)
         return (self._obs.copy() if self.copy else self._obs), {}
 
@@ -184,7 +197,7 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
     """One C++ environment behind Gymnasium's Env API (no autoreset: call reset())."""
 
     core_class: ClassVar[Any]
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
 
     def __init__(self, render_mode: str | None = None, **env_config: Any) -> None:
         if render_mode is not None:
@@ -215,9 +228,8 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if options:
-            raise ValueError(
-                f"{self.core_class.env_name}: unknown reset option(s) {sorted(options)}; valid: none"
-            )
+            name = self.core_class.env_name
+            raise ValueError(f"{name}: unknown reset option(s) {sorted(options)}; valid: none")
         if seed is not None:
             self._core.seed(_check_seed(seed))
         elif not self._seeded:

@@ -16,7 +16,9 @@ def _set_state(ref: CartPoleEnv, state: np.ndarray) -> None:
 def _mixed_policy(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Even envs act at random (short episodes, many terminations); odd envs
     balance the pole with a PD rule (long episodes that reach the time limit)."""
-    balance = (obs[:, 2] + 0.3 * obs[:, 3] + 0.01 * obs[:, 0] + 0.05 * obs[:, 1] > 0).astype(np.int64)
+    balance = (obs[:, 2] + 0.3 * obs[:, 3] + 0.01 * obs[:, 0] + 0.05 * obs[:, 1] > 0).astype(
+        np.int64
+    )
     random = rng.integers(0, 2, size=len(obs))
     pick_random = (np.arange(len(obs)) % 2) == 0
     return np.where(pick_random, random, balance).astype(np.int64)

@@ -141,6 +141,7 @@ class BatchEnv {
     for (int i = 0; i < n_; ++i) {
       if (mask && !mask[i]) continue;
       phys_.reset(i, rng_[i]);
+      phys_.observe(i, obs_.data() + static_cast<size_t>(i) * spec_.obs_dim);
       elapsed_[i] = 0;
       reward_[i] = 0.0f;
       term_i32_[i] = 0;
@@ -151,7 +152,6 @@ class BatchEnv {
       for (int k = 0; k < num_pending_; ++k)
         if (!mask[pending_[k]]) pending_[keep++] = pending_[k];
     num_pending_ = keep;
-    observe_all();
     started_ = true;
   }
 
@@ -208,9 +208,18 @@ class BatchEnv {
   }
   // Overwrites the physical state (tests copy states between implementations);
   // observations are refreshed, counters and autoreset flags are left alone.
+  // All or nothing: if the physics rejects any row, every row is put back.
   void set_state(const double* in) {
     ensure_open();
-    for (int i = 0; i < n_; ++i) phys_.set_state(i, in + static_cast<size_t>(i) * spec_.state_dim);
+    std::vector<double> saved(static_cast<size_t>(n_) * spec_.state_dim);
+    get_state(saved.data());
+    try {
+      for (int i = 0; i < n_; ++i) phys_.set_state(i, in + static_cast<size_t>(i) * spec_.state_dim);
+    } catch (...) {
+      for (int i = 0; i < n_; ++i) phys_.set_state(i, saved.data() + static_cast<size_t>(i) * spec_.state_dim);
+      observe_all();
+      throw;
+    }
     observe_all();
   }
 
@@ -242,7 +251,7 @@ class BatchEnv {
     for (size_t k = 0; k < count; ++k) {
       const T a = src[k];
       if (spec_.discrete && !(a >= T(0) && a < T(spec_.num_actions)))
-        throw std::out_of_range(name() + ": action[" + std::to_string(k) + "] = " + to_text(a) +
+        throw std::invalid_argument(name() + ": action[" + std::to_string(k) + "] = " + to_text(a) +
                                 " is out of range; expected integers in [0, " + std::to_string(spec_.num_actions) +
                                 ")");
       if (!spec_.discrete && !std::isfinite(static_cast<double>(a)))

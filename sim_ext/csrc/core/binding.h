@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -35,7 +36,7 @@ inline Params params_from_dict(const py::dict& d) {
     } else if (py::isinstance<py::str>(v)) {
       values[key] = v.cast<std::string>();
     } else {
-      throw py::type_error("env_config '" + key + "': got " + std::string(py::repr(v)) + " of type " +
+      throw py::type_error("env_config " + Params::quote(key) + ": got " + std::string(py::repr(v)) + " of type " +
                            std::string(py::str(py::type::handle_of(v).attr("__name__"))) + ", expected a bool, int, float or str");
     }
   }
@@ -147,11 +148,11 @@ void bind_env(py::module_& m, const char* name) {
           [](Env& e, py::object mask) {
             if (mask.is_none()) return e.reset(nullptr);
             if (!py::isinstance<py::array>(mask))
-              throw py::type_error(std::string(P::kName) + ": reset mask must be a numpy bool array of shape (" +
+              throw py::type_error(std::string(P::kName) + ": reset_mask must be a numpy bool array of shape (" +
                                    std::to_string(e.num_envs()) + ",)");
             auto arr = py::reinterpret_borrow<py::array>(mask);
             if (arr.dtype().kind() != 'b' || arr.ndim() != 1 || arr.shape(0) != e.num_envs())
-              throw py::value_error(std::string(P::kName) + ": reset mask must be a numpy bool array of shape (" +
+              throw py::value_error(std::string(P::kName) + ": reset_mask must be a numpy bool array of shape (" +
                                     std::to_string(e.num_envs()) + ",), got dtype " +
                                     std::string(py::str(arr.dtype())) + " shape " +
                                     std::string(py::str(mask.attr("shape"))));
@@ -184,7 +185,12 @@ void bind_env(py::module_& m, const char* name) {
               throw py::value_error(std::string(P::kName) + ": state must have shape (" +
                                     std::to_string(e.num_envs()) + ", " + std::to_string(e.spec().state_dim) +
                                     "), got " + std::string(py::str(state.attr("shape"))));
-            e.set_state(state.data());
+            const double* data = state.data();
+            for (py::ssize_t k = 0; k < state.size(); ++k)
+              if (!std::isfinite(data[k]))
+                throw py::value_error(std::string(P::kName) + ": state[" + std::to_string(k / e.spec().state_dim) +
+                                      "] contains " + std::to_string(data[k]) + "; expected finite numbers");
+            e.set_state(data);
           },
           py::arg("state"))
       .def("close", &Env::close);

@@ -65,10 +65,10 @@ class Params {
     if (!p) fail(key, describe(it->second), expected);
     for (const auto& a : allowed)
       if (*p == a) return *p;
-    fail(key, "'" + *p + "'", expected);
+    fail(key, quote(*p), expected);
   }
 
-  // Optional integer (absent or None -> has=false).
+  // Whether the key was given (None values never reach Params: they mean "default").
   bool has(const std::string& key) const { return values_.count(key) != 0; }
 
   // Call after reading every option: an unknown key is an error naming the valid ones.
@@ -76,7 +76,8 @@ class Params {
     for (const auto& kv : values_) {
       if (known_.count(kv.first)) continue;
       std::ostringstream os;
-      os << env_name << ": unknown env_config key '" << kv.first << "'; valid keys:";
+      os << env_name << ": unknown env_config key " << quote(kv.first) << " (= " << describe(kv.second)
+         << "); valid keys:";
       for (const auto& k : known_) os << " '" << k << "'";
       throw std::invalid_argument(os.str());
     }
@@ -84,7 +85,7 @@ class Params {
 
  private:
   [[noreturn]] static void fail(const std::string& key, const std::string& got, const std::string& expected) {
-    throw std::invalid_argument("env_config '" + key + "': got " + got + ", expected " + expected);
+    throw std::invalid_argument("env_config " + quote(key) + ": got " + got + ", expected " + expected);
   }
   static std::string num(double v) {
     std::ostringstream os;
@@ -98,8 +99,39 @@ class Params {
     if (auto b = std::get_if<bool>(&v)) return *b ? "True (bool)" : "False (bool)";
     if (auto i = std::get_if<int64_t>(&v)) return std::to_string(*i);
     if (auto d = std::get_if<double>(&v)) return num(*d);
-    return "'" + std::get<std::string>(v) + "' (str)";
+    return quote(std::get<std::string>(v)) + " (str)";
   }
+
+ public:
+  // Quoted the way Python's repr() quotes ASCII text, so messages read as
+  // Python and a NUL cannot cut them short.
+  static std::string quote(const std::string& text) {
+    static const char* hex = "0123456789abcdef";
+    const bool dq = text.find('\'') != std::string::npos && text.find('"') == std::string::npos;
+    const char q = dq ? '"' : '\'';
+    std::string out(1, q);
+    for (unsigned char ch : text) {
+      if (ch == '\\' || ch == q) {
+        out += '\\';
+        out += static_cast<char>(ch);
+      } else if (ch == '\n') {
+        out += "\\n";
+      } else if (ch == '\t') {
+        out += "\\t";
+      } else if (ch == '\r') {
+        out += "\\r";
+      } else if (ch < 0x20 || ch == 0x7f) {
+        out += "\\x";
+        out += hex[ch >> 4];
+        out += hex[ch & 15];
+      } else {
+        out += static_cast<char>(ch);
+      }
+    }
+    return out + q;
+  }
+
+ private:
 
   std::map<std::string, ParamValue> values_;
   std::set<std::string> known_;

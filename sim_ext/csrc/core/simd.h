@@ -1,8 +1,11 @@
 // Portable fast kernels: the wheel is built for the baseline ISA; functions
 // marked SIMEXT_KERNEL get extra AVX2 and AVX-512 clones that the loader picks
 // on the running CPU (GCC function multi-versioning). The build disables FMA
-// contraction, so every clone computes bit-identical results: a trajectory
-// does not depend on which CPU produced it.
+// contraction, so for kernels built from arithmetic and the helpers below
+// (CartPole's) every clone computes bit-identical results: a trajectory does
+// not depend on which CPU produced it. Kernels that call libm (Acrobot and
+// Pendulum, which match NumPy's sin/cos/pow bit for bit) inherit glibc's
+// per-CPU variants, which may differ in the last bit across machines.
 #pragma once
 #include <cstdint>
 
