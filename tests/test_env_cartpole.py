@@ -95,3 +95,38 @@ def test_substeps_one_is_gymnasium_and_more_substeps_refine_the_same_motion() ->
     # Same physics, finer integration: close but not identical.
     assert np.allclose(o1, o2, atol=3e-2)
     assert not np.array_equal(o1, o2)
+
+
+def test_large_batches_release_the_gil_while_stepping() -> None:
+    import sys
+    import threading
+
+    from sim_ext import CartPoleVectorEnv
+
+    # A worker thread makes one long step() call (~50 ms: a big, heavy batch)
+    # while this thread counts. With a long switch interval the interpreter
+    # never takes the GIL away from a thread, so this thread can count during
+    # the call only if the C++ side released the GIL: exactly 0 otherwise.
+    big = CartPoleVectorEnv(num_envs=2**17, substeps=400, copy=False)
+    big.reset(seed=0)
+    actions = np.zeros(2**17, dtype=np.int64)
+    entering, finished = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        entering.set()
+        big.step(actions)
+        finished.set()
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        entering.wait()
+        counted = 0
+        while not finished.is_set():
+            counted += 1
+        thread.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert counted > 1000
