@@ -54,7 +54,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         # tune key -> the name the user wrote
         self.hyperparameters = hyperparameters
         self.interval_s = interval_s
-        self.stream = stream or sys.stdout
+        self.stream = stream  # None: sys.stdout at print time (Tune pickles callbacks)
         self.records: dict[str, TrialRecord] = {}
         self._last_print = 0.0
         self._dirty = False
@@ -133,4 +133,9 @@ class ProgressTable(Callback):  # type: ignore[misc]
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-        print("\n".join(lines) + "\n", file=self.stream, flush=True)
+        print("\n".join(lines) + "\n", file=self.stream or sys.stdout, flush=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["stream"] = None
+        return state

@@ -1,0 +1,204 @@
+"""Small real Ray runs of `workbench.launch.run` on sim_ext (2 CPUs, tens of seconds each)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import yaml
+
+import tests.probes as probes
+from workbench.launch import run
+from workbench.resolve import load_and_resolve
+
+pytestmark = pytest.mark.slow
+
+# A small PPO: an iteration is 256 env steps and two short epochs.
+SMALL_PPO = {
+    "train_batch_size_per_learner": 256,
+    "minibatch_size": 128,
+    "num_epochs": 2,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # The probe learner lives in the tests package, which Ray workers cannot import.
+    ray.cloudpickle.register_pickle_by_value(probes)
+    yield
+    ray.shutdown()
+
+
+def _experiment(tmp_path: Path, **fields: Any) -> Path:
+    data = {
+        "name": "it",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "storage": str(tmp_path / "results"),
+        "resources": {"envs_per_runner": 4},
+        **fields,
+    }
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _rows(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each trial's result.json rows, in order."""
+    return {
+        trial.name: [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+        for trial in sorted(results_dir.iterdir())
+        if (trial / "result.json").is_file()
+    }
+
+
+def _exploits(rows: list[dict[str, Any]], keys: list[str]) -> list[int]:
+    """Rows right after an exploit: the searched values changed between two results."""
+    return [
+        i
+        for i in range(1, len(rows))
+        if any(rows[i]["config"][k] != rows[i - 1]["config"][k] for k in keys)
+    ]
+
+
+def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(tmp_path: Path) -> None:
+    bounds = {"lr": (1e-5, 1e-2), "clip_param": (0.1, 0.4), "entropy_coeff": (0.0, 0.02)}
+    path = _experiment(
+        tmp_path,
+        training=SMALL_PPO,
+        search_space={
+            "params": {
+                "lr": {"loguniform": list(bounds["lr"])},
+                "clip_param": {"uniform": list(bounds["clip_param"])},
+                "entropy_coeff": {"uniform": list(bounds["entropy_coeff"])},
+            }
+        },
+        scheduler={
+            "type": "pbt",
+            "perturbation_interval": 2,
+            "quantile_fraction": 0.5,
+            "resample_probability": 0.5,
+        },
+        population=2,
+        stop={"iterations": 12},
+        # A checkpoint every iteration and only 3 kept: Tune's own pruning deletes
+        # donors' checkpoints before the clones restore them.
+        checkpoint={"frequency": 1, "keep": 3},
+    )
+    resolved = load_and_resolve(path)
+    summary = run(
+        resolved,
+        configure=lambda c: c.learners(learner_class=probes.ProbeLearner),
+        progress_interval_s=1e9,
+    )
+    assert summary.errors == 0, "a clone could not restore its donor's checkpoint"
+
+    rows = _rows(resolved.results_dir)
+    after_exploit = [(t, i) for t, r in rows.items() for i in _exploits(r, list(bounds))]
+    assert after_exploit, "PBT never exploited: the test checks nothing"
+    for trial, trial_rows in rows.items():
+        for row in trial_rows:
+            config, learners = row["config"], row["learners"]
+            # Inside the first gradient step of every iteration, exploits included.
+            assert learners["probe_first_lr"] == pytest.approx(config["lr"], rel=1e-6), (
+                trial,
+                row["training_iteration"],
+            )
+            assert learners["probe_first_clip_param"] == pytest.approx(config["clip_param"])
+            assert learners["probe_first_entropy_coeff"] == pytest.approx(config["entropy_coeff"])
+            for key, (low, high) in bounds.items():
+                assert low <= config[key] <= high, (key, config[key])
+    # Checkpoints are pruned to `keep` per trial, except those still needed.
+    for trial in rows:
+        assert len(list((resolved.results_dir / trial).glob("checkpoint_*"))) <= 3 + 2
+
+
+def test_asha_with_optuna_stops_weak_trials_early(tmp_path: Path) -> None:
+    path = _experiment(
+        tmp_path,
+        training=SMALL_PPO,
+        search_space={"params": {"lr": {"loguniform": [1e-6, 1e-2]}}},
+        scheduler={"type": "asha", "max_t": 9, "grace_period": 1, "reduction_factor": 3},
+        search={"type": "optuna", "seed": 3},
+        population=6,
+        max_concurrent=2,
+        stop={"iterations": 9},
+    )
+    resolved = load_and_resolve(path)
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0
+    iterations = sorted(t.iteration for t in summary.trials)
+    assert len(iterations) == 6
+    assert iterations[0] < 9, f"ASHA stopped no trial early: {iterations}"
+    assert iterations[-1] == 9
+    # Optuna suggested the configurations: all different, all inside the block.
+    lrs = {t.hyperparameters["lr"] for t in summary.trials}
+    assert len(lrs) == 6 and all(1e-6 <= lr <= 1e-2 for lr in lrs)
+
+
+def test_pb2_explores_inside_its_bounds(tmp_path: Path) -> None:
+    path = _experiment(
+        tmp_path,
+        training=SMALL_PPO,
+        search_space={
+            "params": {
+                "lr": {"loguniform": [1e-4, 1e-2]},
+                "clip_param": {"uniform": [0.1, 0.3]},
+            }
+        },
+        scheduler={"type": "pb2", "perturbation_interval": 2, "quantile_fraction": 0.5},
+        population=2,
+        stop={"iterations": 8},
+        checkpoint={"frequency": 1, "keep": 3},
+    )
+    resolved = load_and_resolve(path)
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0
+    rows = _rows(resolved.results_dir)
+    assert any(_exploits(r, ["lr", "clip_param"]) for r in rows.values()), "PB2 never explored"
+    for trial_rows in rows.values():
+        for row in trial_rows:
+            assert 1e-4 <= row["config"]["lr"] <= 1e-2
+            assert 0.1 <= row["config"]["clip_param"] <= 0.3
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "training", "iterations", "threshold"),
+    [
+        ("APPO", {"train_batch_size_per_learner": 500, "lr": 5e-4}, 25, 40.0),
+        (
+            "DQN",
+            {
+                "train_batch_size_per_learner": 32,
+                "lr": 5e-4,
+                "num_steps_sampled_before_learning_starts": 500,
+                "target_network_update_freq": 200,
+            },
+            30,
+            40.0,
+        ),
+    ],
+)
+def test_other_algorithms_train(
+    tmp_path: Path, algorithm: str, training: dict[str, Any], iterations: int, threshold: float
+) -> None:
+    # Random CartPole play returns about 22: these must learn past it.
+    path = _experiment(
+        tmp_path,
+        algorithm=algorithm,
+        training=training,
+        scheduler={"type": "fifo"},
+        population=1,
+        stop={"iterations": iterations, "return_mean": 150},
+    )
+    summary = run(load_and_resolve(path), progress_interval_s=1e9)
+    assert summary.errors == 0
+    (trial,) = summary.trials
+    assert not math.isnan(trial.best_return)
+    assert trial.best_return > threshold, f"{algorithm} did not learn: {trial.best_return:.1f}"
