@@ -37,7 +37,12 @@ $(STAMP)/ext: $(STAMP)/deps $(CSRC)
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
 	@mv $@.start $@
 
+# The main experiment, into a fresh results folder each time (a folder that holds a
+# run is never overwritten: `workbench resume` continues it).
 run: setup
+	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results/run-$$(date +%Y%m%d-%H%M%S)
+
+demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096
 
 test: setup

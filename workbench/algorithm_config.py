@@ -54,6 +54,7 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
             num_cpus_per_env_runner=res.cpus_per_runner,  # type: ignore[arg-type]  # fractions ok
             gym_env_vectorize_mode="vector_entry_point" if native_vector else "sync",
         )
+        .resources(num_cpus_for_main_process=res.cpus_main)  # type: ignore[arg-type]
         .learners(
             num_learners=res.num_learners,
             num_gpus_per_learner=res.gpus_per_learner,

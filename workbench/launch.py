@@ -22,6 +22,7 @@ from workbench.checkpoints import CheckpointGuard
 from workbench.progress import ProgressTable, TrialRecord
 from workbench.resolve import ResolvedExperiment, describe
 from workbench.schedulers import scheduler, search_algorithm
+from workbench.stopping import RulesStopper
 from workbench.schema import RETURN_METRIC
 
 RESOLVED_FILE = "workbench_experiment.yaml"
@@ -156,7 +157,12 @@ def run(
         run_config=tune.RunConfig(
             name=exp.name,
             storage_path=str(resolved.results_dir.parent),
-            stop=exp.stop.tune_stop(),
+            stop=RulesStopper(
+                exp.stop.tune_stop(),
+                all_at_return=exp.stop.all_at_return
+                if exp.stop.all_at_return is not None
+                else exp.scheduler.type in ("pbt", "pb2"),
+            ),
             checkpoint_config=tune.CheckpointConfig(
                 # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'
                 # checkpoints before their clones restore them.

@@ -91,6 +91,9 @@ class ProgressTable(Callback):  # type: ignore[misc]
         self._changed()
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for record in self.records.values():
+            if record.status in ("RUNNING", "PENDING", "PAUSED"):
+                record.status = "STOPPED"  # the experiment ended around it (stop_all)
         self.print_table()
 
     # --- helpers ----------------------------------------------------------------------

@@ -145,6 +145,11 @@ class StopSection(_Strict):
     metrics: dict[str, float] = Field(
         default_factory=dict, description="Other reported metrics: stop once one reaches its value."
     )
+    all_at_return: bool | None = Field(
+        None,
+        description="End the whole experiment once any trial reaches return_mean "
+        "(default: yes under PBT/PB2, whose population searches together; no otherwise).",
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -187,6 +192,11 @@ class FailureSection(_Strict):
 class ResourcesSection(_Strict):
     """Per trial (the resource topology issue extends this)."""
 
+    cpus_main: PositiveFloat = Field(
+        1.0,
+        description="CPUs of the trial's main process (with num_learners 0 it also hosts "
+        "the learner; fractions let several small trials share a core).",
+    )
     env_runners: NonNegativeInt = Field(
         0, description="Remote env runners (0: sample in the trial's main process)."
     )

@@ -1,0 +1,37 @@
+"""The stop rules as a Tune Stopper (exact, no Ray)."""
+
+from __future__ import annotations
+
+import math
+
+from workbench.schema import RETURN_METRIC
+from workbench.stopping import RulesStopper
+
+
+def _result(iteration: int, ret: float | None = None) -> dict:
+    result: dict = {"training_iteration": iteration, "env_runners": {}}
+    if ret is not None:
+        result["env_runners"]["episode_return_mean"] = ret
+    return result
+
+
+def test_a_trial_stops_at_the_first_rule_met_and_missing_metrics_never_stop_it() -> None:
+    stopper = RulesStopper({"training_iteration": 5, RETURN_METRIC: 475.0}, all_at_return=False)
+    assert not stopper("a", _result(1))  # no episode ended yet: no return reported
+    assert not stopper("a", _result(2, math.nan))
+    assert not stopper("a", _result(4, 474.9))
+    assert stopper("a", _result(5, 100.0))
+    assert stopper("b", _result(2, 475.0))
+    assert not stopper.stop_all()
+
+
+def test_the_whole_population_stops_once_one_member_reaches_the_return() -> None:
+    stopper = RulesStopper({RETURN_METRIC: 475.0, "time_total_s": 300}, all_at_return=True)
+    assert not stopper("a", _result(3, 300.0)) and not stopper.stop_all()
+    assert stopper("b", _result(7, 480.0))
+    assert stopper.stop_all() and stopper.reached_by == "b"
+
+
+def test_all_at_return_needs_a_return_rule() -> None:
+    stopper = RulesStopper({"training_iteration": 2}, all_at_return=True)
+    assert stopper("a", _result(2)) and not stopper.stop_all()
