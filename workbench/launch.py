@@ -22,8 +22,8 @@ from workbench.checkpoints import CheckpointGuard
 from workbench.progress import ProgressTable, TrialRecord
 from workbench.resolve import ResolvedExperiment, describe
 from workbench.schedulers import scheduler, search_algorithm
-from workbench.stopping import RulesStopper
 from workbench.schema import RETURN_METRIC
+from workbench.stopping import RulesStopper
 
 RESOLVED_FILE = "workbench_experiment.yaml"
 
