@@ -658,3 +658,16 @@ def test_misspelled_block_kind_in_a_search_space_file_suggests_the_kind(tmp_path
     path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
     problem = problem_about(rejected(path), space_file, "lr", "logunifrom")
     assert "did you mean 'loguniform'?" in problem.message
+
+
+def test_the_committed_json_schema_is_current() -> None:
+    # Editors read workbench.schema.json (see the experiments' yaml-language-server
+    # comment); regenerate it with `workbench schema -o workbench.schema.json`.
+    import json
+
+    from workbench.schema import json_schema
+
+    committed = json.loads(
+        (Path(__file__).resolve().parents[1] / "workbench.schema.json").read_text()
+    )
+    assert committed == json_schema()

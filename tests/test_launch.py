@@ -1,0 +1,54 @@
+"""Launch helpers that need no Ray: per-trial seeds, trial names, the summary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ray.tune.result import TRIAL_INFO
+
+from workbench.launch import RunSummary, seeded_trainable, trial_name, trial_seed
+from workbench.progress import TrialRecord
+
+
+class _Recorder:
+    def __init__(self, config: Any = None, **kwargs: Any) -> None:
+        self.config = config
+
+
+def test_trial_seeds_differ_per_trial_and_repeat_per_run() -> None:
+    seeds = [trial_seed(0, f"abcde_{i:05d}") for i in range(200)]
+    assert len(set(seeds)) == 200
+    assert seeds == [trial_seed(0, f"zzzzz_{i:05d}") for i in range(200)]  # uuid part ignored
+    assert trial_seed(1, "abcde_00003") != trial_seed(0, "abcde_00003")
+    assert all(0 <= s < 2**31 for s in seeds)
+
+
+def test_seeded_trainable_sets_the_trial_seed_before_the_algorithm_sees_the_config() -> None:
+    cls = seeded_trainable(_Recorder)
+    assert cls.__name__ == "_Recorder"  # Tune names trials after the class
+    info = SimpleNamespace(trial_id="abcde_00007")
+    algo = cls(config={"seed": 5, "lr": 0.1, TRIAL_INFO: info})
+    assert algo.config["seed"] == trial_seed(5, "abcde_00007")
+    assert algo.config["lr"] == 0.1
+    # Without Tune's trial info (plain use), the config is left alone.
+    assert cls(config={"seed": 5}).config == {"seed": 5}
+
+
+def test_trial_names_are_the_algorithm_and_the_index() -> None:
+    trial = SimpleNamespace(trainable_name="PPO", trial_id="e6513_00003")
+    assert trial_name(trial) == "PPO_00003"
+
+
+def test_summary_names_the_best_trial_and_its_schedule(tmp_path: Path) -> None:
+    best = TrialRecord("PPO_00001", "TERMINATED", 20, 40_000, 480.0, 500.0)
+    best.schedule = [(0, {"lr": 1e-3}), (8, {"lr": 8e-4})]
+    lines = RunSummary(
+        "x", tmp_path, [best, TrialRecord("PPO_00000", best_return=math.nan)], best, 0
+    ).lines()
+    assert lines[0] == "Experiment x: 2 trials, 0 errored"
+    assert "Best trial PPO_00001: return 500.0 (last 480.0) after 20 iterations" in lines[1]
+    assert "     8: lr=0.0008" in lines
+    assert lines[-1] == f"Results: {tmp_path}"
