@@ -131,6 +131,11 @@ def run(
     # Tune's strict metric check fails the whole run on the first iteration.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     exp = resolved.experiment
+    if exp.tracking.uri or exp.tracking.experiment:
+        print(
+            "note: tracking.uri/tracking.experiment are accepted but not used yet: MLflow "
+            "tracking is not implemented in this version; results are in the results folder."
+        )
     start_ray(address)
     prepare_results_dir(resolved)
 
