@@ -202,3 +202,39 @@ def test_other_algorithms_train(
     (trial,) = summary.trials
     assert not math.isnan(trial.best_return)
     assert trial.best_return > threshold, f"{algorithm} did not learn: {trial.best_return:.1f}"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "env_id", "training"),
+    [
+        ("IMPALA", "sim_ext/CartPole-v1", {"train_batch_size_per_learner": 500}),
+        (
+            "SAC",
+            "sim_ext/Pendulum-v1",
+            {"train_batch_size_per_learner": 64, "num_steps_sampled_before_learning_starts": 200},
+        ),
+    ],
+)
+def test_every_algorithm_runs_with_its_own_search_space(
+    tmp_path: Path, algorithm: str, env_id: str, training: dict[str, Any]
+) -> None:
+    # IMPALA and SAC with their shipped search spaces (search_spaces/impala.yaml,
+    # sac.yaml) under FIFO: they build, sample, learn and report.
+    path = _experiment(
+        tmp_path,
+        algorithm=algorithm,
+        env={"id": env_id},
+        training=training,
+        search_space={"file": f"{algorithm.lower()}.yaml"},
+        scheduler={"type": "fifo"},
+        population=1,
+        stop={"iterations": 3},
+    )
+    resolved = load_and_resolve(path)
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0
+    (trial,) = summary.trials
+    assert trial.iteration == 3 and trial.env_steps > 0
+    rows = _rows(resolved.results_dir)
+    (trial_rows,) = rows.values()
+    assert "learners" in trial_rows[-1]
