@@ -153,6 +153,7 @@ def run(
             scheduler=trial_scheduler,
             search_alg=search_algorithm(resolved),
             num_samples=exp.population,
+            time_budget_s=exp.stop.wall_time_s,
             max_concurrent_trials=exp.max_concurrent,
             # Algorithm has no reset_config: reusing actors errors at the first exploit.
             reuse_actors=False,

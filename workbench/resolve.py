@@ -330,13 +330,17 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                     "exploits would clone stale checkpoints; use a frequency <= the interval",
                 )
             )
-    if not experiment.stop.tune_stop() and not isinstance(scheduler, ASHAScheduler):
+    if (
+        not experiment.stop.tune_stop()
+        and experiment.stop.wall_time_s is None
+        and not isinstance(scheduler, ASHAScheduler)
+    ):
         problems.append(
             Problem(
                 where,
                 "stop",
                 "give at least one rule (return_mean, iterations, env_steps, "
-                "wall_time_s or metrics), or the trials never end",
+                "wall_time_s, trial_time_s or metrics), or the trials never end",
             )
         )
 

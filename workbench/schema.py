@@ -141,7 +141,14 @@ class StopSection(_Strict):
     )
     iterations: PositiveInt | None = Field(None, description="training_iteration")
     env_steps: PositiveInt | None = Field(None, description="num_env_steps_sampled_lifetime")
-    wall_time_s: PositiveFloat | None = Field(None, description="time_total_s of the trial")
+    wall_time_s: PositiveFloat | None = Field(
+        None,
+        description="Wall-clock budget of the whole experiment, startup, restores and "
+        "checkpoints included (Tune's time_budget_s): every trial stops when it runs out.",
+    )
+    trial_time_s: PositiveFloat | None = Field(
+        None, description="A trial's own training time (time_total_s, which excludes restores)."
+    )
     metrics: dict[str, float] = Field(
         default_factory=dict, description="Other reported metrics: stop once one reaches its value."
     )
@@ -170,8 +177,8 @@ class StopSection(_Strict):
             rules["training_iteration"] = self.iterations
         if self.env_steps is not None:
             rules["num_env_steps_sampled_lifetime"] = self.env_steps
-        if self.wall_time_s is not None:
-            rules["time_total_s"] = self.wall_time_s
+        if self.trial_time_s is not None:
+            rules["time_total_s"] = self.trial_time_s
         return rules
 
 
