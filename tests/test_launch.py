@@ -52,3 +52,17 @@ def test_summary_names_the_best_trial_and_its_schedule(tmp_path: Path) -> None:
     assert "Best trial PPO_00001: return 500.0 (last 480.0) after 20 iterations" in lines[1]
     assert "     8: lr=0.0008" in lines
     assert lines[-1] == f"Results: {tmp_path}"
+
+
+def test_progress_table_reads_numpy_float32_returns() -> None:
+    import numpy as np
+
+    from workbench.progress import ProgressTable
+
+    table = ProgressTable({"lr": "lr"}, interval_s=1e9)
+    trial = SimpleNamespace(trial_id="t_00000", config={"lr": 0.1})
+    trial.__str__ = lambda: "t"  # type: ignore[method-assign]
+    result = {"training_iteration": 3, "env_runners": {"episode_return_mean": np.float32(-13.0)}}
+    table.on_trial_result(0, [trial], trial, result)
+    (record,) = table.records.values()
+    assert record.best_return == -13.0 and record.last_return == -13.0

@@ -35,3 +35,12 @@ def test_the_whole_population_stops_once_one_member_reaches_the_return() -> None
 def test_all_at_return_needs_a_return_rule() -> None:
     stopper = RulesStopper({"training_iteration": 2}, all_at_return=True)
     assert stopper("a", _result(2)) and not stopper.stop_all()
+
+
+def test_numpy_float32_returns_count() -> None:
+    # RLlib 2.60 reports episode_return_mean as numpy.float32 in many iterations.
+    import numpy as np
+
+    stopper = RulesStopper({RETURN_METRIC: -13.0}, all_at_return=True)
+    assert stopper("a", _result(20, np.float32(-13.0)))
+    assert stopper.stop_all()

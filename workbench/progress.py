@@ -7,6 +7,7 @@ iteration, env steps, return and the searched hyperparameters' current values.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import time
 from dataclasses import dataclass, field
@@ -73,10 +74,11 @@ class ProgressTable(Callback):  # type: ignore[misc]
         record.iteration = int(result.get("training_iteration", record.iteration))
         record.env_steps = int(result.get(STEPS_METRIC, record.env_steps) or 0)
         value = result.get(RETURN_METRIC)
-        if isinstance(value, (int, float)) and not math.isnan(value):
+        # numbers.Real: RLlib reports some means as numpy.float32, not a Python float.
+        if isinstance(value, numbers.Real) and not math.isnan(float(value)):
             record.last_return = float(value)
-            if math.isnan(record.best_return) or value > record.best_return:
-                record.best_return = float(value)
+            if math.isnan(record.best_return) or record.last_return > record.best_return:
+                record.best_return = record.last_return
         self._update_hyperparameters(record, trial.config)
         self._maybe_print()
 

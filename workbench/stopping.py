@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from ray.tune.stopper import Stopper
@@ -33,4 +34,8 @@ class RulesStopper(Stopper):  # type: ignore[misc]
 
 
 def _reached(value: Any, threshold: float) -> bool:
-    return isinstance(value, (int, float)) and value == value and value >= threshold
+    # RLlib reports some means as numpy.float32, which is not a Python float.
+    if not isinstance(value, numbers.Real):
+        return False
+    number = float(value)
+    return number == number and number >= threshold
