@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.stamp
 CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
 
-.PHONY: setup run demo test test-fast lint format bench clean
+.PHONY: setup run demo test test-fast test-deps lint format bench clean
 
 setup: $(STAMP)/ext
 
@@ -45,11 +45,27 @@ run: setup
 demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096
 
-test: setup
+test: setup test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: setup
+test-fast: setup test-deps
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The UI test (tests/test_ui.py) drives headless Chromium: Debian's chromium package,
+# installed here when `chromium` is not on PATH (as root or with passwordless sudo).
+test-deps:
+	@command -v chromium >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
+	else echo "chromium is not installed (tests/test_ui.py needs it) and installing it needs root:" \
+		"run 'sudo apt-get install --no-install-recommends chromium', or put another Chromium" \
+		"on PATH as 'chromium', then 'make test' again" >&2; exit 1; fi; \
+	command -v apt-get >/dev/null 2>&1 || { echo "chromium is not installed and there is no" \
+		"apt-get: install Chromium so that 'chromium' is on PATH, then 'make test' again" >&2; \
+		exit 1; }; \
+	echo "installing chromium with apt-get (tests/test_ui.py needs it; a few minutes)"; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
 lint: setup
 	$(PY) -m ruff check .
