@@ -24,6 +24,7 @@ from workbench.resolve import ResolvedExperiment, describe
 from workbench.schedulers import scheduler, search_algorithm
 from workbench.schema import RETURN_METRIC
 from workbench.stopping import RulesStopper
+from workbench.tracking import MlflowTracker, TrackingTarget, tracking_uri_for
 
 RESOLVED_FILE = "workbench_experiment.yaml"
 
@@ -70,6 +71,8 @@ class RunSummary:
     trials: list[TrialRecord] = field(default_factory=list)
     best: TrialRecord | None = None
     errors: int = 0
+    tracking_uri: str | None = None
+    mlflow_experiment: str | None = None
 
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
@@ -87,7 +90,29 @@ class RunSummary:
         else:
             out.append("No trial reported a return (no episode finished).")
         out.append(f"Results: {self.results_dir}")
+        if self.tracking_uri:
+            store = _store_argument(self.tracking_uri)
+            out.append(
+                f"MLflow: {self.tracking_uri} (experiment {self.mlflow_experiment}); inspect with "
+                f"`workbench runs {self.mlflow_experiment}{store}` or `workbench ui{store}`"
+            )
         return out
+
+
+def _store_argument(uri: str) -> str:
+    """The --store option the inspection commands need for this URI ('' for the default)."""
+    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+        return ""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        try:
+            shown = path.relative_to(Path.cwd())
+        except ValueError:
+            shown = path
+        if str(shown) == "results/mlflow.db":
+            return ""
+        return f" --store {shown}"
+    return f" --store {uri}"
 
 
 def _short(value: Any) -> str:
@@ -95,10 +120,49 @@ def _short(value: Any) -> str:
 
 
 def prepare_results_dir(resolved: ResolvedExperiment) -> None:
-    """Creates the experiment folder and saves the resolved experiment in it."""
+    """Creates the experiment folder and saves the resolved experiment in it.
+
+    The saved file is a complete experiment file (search space inline, storage
+    absolute), so `workbench resume` rebuilds the same population from it alone.
+    """
     resolved.results_dir.mkdir(parents=True, exist_ok=True)
+    data = describe(resolved)
+    data.pop("results_dir", None)
+    data["search_space"] = {"params": data["search_space"]["params"]}
+    data["storage"] = str(resolved.results_dir.parent)
+    header = (
+        f"# The experiment as resolved for this results folder (from {resolved.file}).\n"
+        "# `workbench resume` reads it; edit only if you know why.\n"
+    )
     (resolved.results_dir / RESOLVED_FILE).write_text(
-        yaml.safe_dump(describe(resolved), sort_keys=False)
+        header + yaml.safe_dump(data, sort_keys=False)
+    )
+
+
+def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
+    """Where this population's MLflow runs go (see workbench/tracking.py)."""
+    from ray.tune.utils import flatten_dict
+
+    exp = resolved.experiment
+    storage_root = resolved.results_dir.parent
+    uri = tracking_uri_for(exp.tracking.uri, storage_root)
+    described = flatten_dict(describe(resolved), delimiter=".")
+    return TrackingTarget(
+        uri=uri,
+        experiment=exp.tracking.experiment or exp.name,
+        population=exp.name,
+        key=str(resolved.results_dir),
+        results_dir=resolved.results_dir,
+        # A local store keeps its artifacts next to it; a server decides for itself.
+        artifact_root=storage_root / "mlartifacts" if uri.startswith("sqlite:") else None,
+        metrics=exp.tracking.metrics,
+        flush_timeout_s=exp.tracking.flush_timeout_s,
+        parent_params={
+            k: v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip()
+            for k, v in described.items()
+            if v is not None
+        },
+        hyperparameters={key: name for name, key in resolved.tune_keys.items()},
     )
 
 
@@ -111,6 +175,92 @@ def start_ray(address: str | None) -> None:
         ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         ray.init(log_to_driver=False, include_dashboard=False)
+
+
+@dataclass
+class _Session:
+    """Everything Tune needs for a population: built the same way for run and resume."""
+
+    trainable: type
+    param_space: dict[str, Any]
+    tune_config: Any
+    run_config: Any
+    table: ProgressTable
+    tracker: MlflowTracker | None
+
+
+def _session(
+    resolved: ResolvedExperiment,
+    *,
+    progress_interval_s: float,
+    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None,
+) -> _Session:
+    from ray import tune
+
+    exp = resolved.experiment
+    config = algorithm_config(resolved)
+    if configure is not None:
+        config = configure(config)
+    table = ProgressTable(
+        {key: name for name, key in resolved.tune_keys.items()}, interval_s=progress_interval_s
+    )
+    trial_scheduler = scheduler(resolved)
+    # The order matters: Tune restores callback state by position.
+    callbacks: list[Any] = [table, CheckpointGuard(exp.checkpoint.keep, trial_scheduler)]
+    tracker: MlflowTracker | None = None
+    if exp.tracking.enabled:
+        tracker = MlflowTracker(tracking_target(resolved))
+        callbacks.append(tracker)
+        add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
+        if add_listener is not None:
+            add_listener(tracker.on_exploit)
+    tune_config = tune.TuneConfig(
+        scheduler=trial_scheduler,
+        search_alg=search_algorithm(resolved),
+        num_samples=exp.population,
+        time_budget_s=exp.stop.wall_time_s,
+        max_concurrent_trials=exp.max_concurrent,
+        # Algorithm has no reset_config: reusing actors errors at the first exploit.
+        reuse_actors=False,
+        trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
+    )
+    run_config = tune.RunConfig(
+        name=exp.name,
+        storage_path=str(resolved.results_dir.parent),
+        stop=RulesStopper(
+            exp.stop.tune_stop(),
+            all_at_return=exp.stop.all_at_return
+            if exp.stop.all_at_return is not None
+            else exp.scheduler.type in ("pbt", "pb2"),
+        ),
+        checkpoint_config=tune.CheckpointConfig(
+            # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'
+            # checkpoints before their clones restore them.
+            num_to_keep=None,
+            checkpoint_frequency=exp.checkpoint.frequency,
+            checkpoint_at_end=exp.checkpoint.at_end,
+        ),
+        failure_config=tune.FailureConfig(max_failures=exp.failure.max_failures),
+        callbacks=callbacks,
+        verbose=0,
+    )
+    return _Session(
+        trainable=seeded_trainable(config.algo_class),
+        param_space=param_space(resolved, config),
+        tune_config=tune_config,
+        run_config=run_config,
+        table=table,
+        tracker=tracker,
+    )
+
+
+def _finish(resolved: ResolvedExperiment, session: _Session, results: Any) -> RunSummary:
+    summary = summarize(resolved, session.table, errors=len(results.errors))
+    if session.tracker is not None:
+        summary.tracking_uri = session.tracker.target.uri
+        summary.mlflow_experiment = session.tracker.target.experiment
+    return summary
 
 
 def run(
@@ -130,59 +280,52 @@ def run(
     # RLlib reports the episode return only once an episode has ended: without this,
     # Tune's strict metric check fails the whole run on the first iteration.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    exp = resolved.experiment
-    if exp.tracking.uri or exp.tracking.experiment:
-        print(
-            "note: tracking.uri/tracking.experiment are accepted but not used yet: MLflow "
-            "tracking is not implemented in this version; results are in the results folder."
-        )
     start_ray(address)
     prepare_results_dir(resolved)
-
-    config = algorithm_config(resolved)
-    if configure is not None:
-        config = configure(config)
-    table = ProgressTable(
-        {key: name for name, key in resolved.tune_keys.items()}, interval_s=progress_interval_s
-    )
-    trial_scheduler = scheduler(resolved)
+    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
     tuner = tune.Tuner(
-        seeded_trainable(config.algo_class),
-        param_space=param_space(resolved, config),
-        tune_config=tune.TuneConfig(
-            scheduler=trial_scheduler,
-            search_alg=search_algorithm(resolved),
-            num_samples=exp.population,
-            time_budget_s=exp.stop.wall_time_s,
-            max_concurrent_trials=exp.max_concurrent,
-            # Algorithm has no reset_config: reusing actors errors at the first exploit.
-            reuse_actors=False,
-            trial_name_creator=trial_name,
-            trial_dirname_creator=trial_name,
-        ),
-        run_config=tune.RunConfig(
-            name=exp.name,
-            storage_path=str(resolved.results_dir.parent),
-            stop=RulesStopper(
-                exp.stop.tune_stop(),
-                all_at_return=exp.stop.all_at_return
-                if exp.stop.all_at_return is not None
-                else exp.scheduler.type in ("pbt", "pb2"),
-            ),
-            checkpoint_config=tune.CheckpointConfig(
-                # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'
-                # checkpoints before their clones restore them.
-                num_to_keep=None,
-                checkpoint_frequency=exp.checkpoint.frequency,
-                checkpoint_at_end=exp.checkpoint.at_end,
-            ),
-            failure_config=tune.FailureConfig(max_failures=exp.failure.max_failures),
-            callbacks=[table, CheckpointGuard(exp.checkpoint.keep, trial_scheduler)],
-            verbose=0,
-        ),
+        session.trainable,
+        param_space=session.param_space,
+        tune_config=session.tune_config,
+        run_config=session.run_config,
     )
-    results = tuner.fit()
-    return summarize(resolved, table, errors=len(results.errors))
+    return _finish(resolved, session, tuner.fit())
+
+
+def resume(
+    resolved: ResolvedExperiment,
+    *,
+    restart_errored: bool = False,
+    address: str | None = None,
+    progress_interval_s: float = 15.0,
+    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+) -> RunSummary:
+    """Continues a stopped population in its results folder with the same MLflow runs.
+
+    Tune restores the trials and the searcher; the scheduler, the stopper and the
+    callbacks are built fresh from the experiment (Tune would unpickle stale copies),
+    and Tune then hands the callbacks their saved state.
+    """
+    from ray import tune
+
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    start_ray(address)  # also registers nothing: environments register in the trainable
+    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    tuner = tune.Tuner.restore(
+        str(resolved.results_dir),
+        session.trainable,
+        param_space=session.param_space,
+        resume_unfinished=True,
+        resume_errored=not restart_errored,
+        restart_errored=restart_errored,
+    )
+    internal = tuner._local_tuner
+    assert internal is not None
+    session.run_config.name = internal._run_config.name
+    session.run_config.storage_path = internal._run_config.storage_path
+    internal._tune_config = session.tune_config
+    internal._run_config = session.run_config
+    return _finish(resolved, session, tuner.fit())
 
 
 def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -> RunSummary:
@@ -198,4 +341,46 @@ def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -
     )
 
 
-__all__ = ["RETURN_METRIC", "RunSummary", "run", "seeded_trainable", "trial_seed"]
+__all__ = ["RETURN_METRIC", "RunSummary", "resume", "run", "seeded_trainable", "trial_seed"]
+
+
+def population_statuses(results_dir: Path) -> dict[str, str]:
+    """Trial id -> Tune status, from the newest experiment-state snapshot ({} if none)."""
+    import json
+
+    snapshots = sorted(results_dir.glob("experiment_state-*.json"))
+    if not snapshots:
+        return {}
+    data = json.loads(snapshots[-1].read_text())
+    out: dict[str, str] = {}
+    for trial_json, _runtime in data.get("trial_data", []):
+        trial = json.loads(trial_json)
+        out[str(trial.get("trial_id"))] = str(trial.get("status"))
+    return out
+
+
+def find_results_dir(ref: str, storage: str = "results") -> Path:
+    """A population's results folder from its path or its experiment name.
+
+    Raises ExperimentError (exit 2) naming what was tried when there is nothing to resume.
+    """
+    from workbench.errors import ExperimentError
+
+    candidates = [Path(ref), Path(storage) / ref]
+    for path in candidates:
+        if (path / RESOLVED_FILE).is_file():
+            if not (path / "tuner.pkl").is_file():
+                raise ExperimentError.single(
+                    str(path),
+                    "",
+                    "this results folder holds no Tune state (tuner.pkl): the run stopped "
+                    "before it started; start it again with `workbench run`",
+                )
+            return path.resolve()
+    tried = ", ".join(str(p) for p in candidates)
+    raise ExperimentError.single(
+        ref,
+        "",
+        f"no population to resume: none of {tried} holds a {RESOLVED_FILE} "
+        "(give the results folder of a `workbench run`, or its experiment name)",
+    )

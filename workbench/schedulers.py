@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -21,6 +23,82 @@ from workbench.search_space import ParamSpec, clamp_config
 
 TIME_ATTR = "training_iteration"
 
+# (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
+LineageListener = Callable[[dict[str, Any]], None]
+
+
+class ExploitRecorder:
+    """Mixin for PBT and PB2: tells listeners about every exploit as it happens.
+
+    Tune writes exploits only to text files (pbt_global.txt) that nothing reads back;
+    the MLflow tracker needs them live, with the hyperparameters before and after.
+    """
+
+    _hyperparam_keys: tuple[str, ...] = ()
+    _deciding: tuple[str, int] | None = None
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        # Which result an exploit is decided on: Tune's own log gives the iteration
+        # before it (the trial's last_result is updated only after the decision).
+        self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
+        try:
+            decision: str = super().on_trial_result(  # type: ignore[misc]
+                tune_controller, trial, result
+            )
+            return decision
+        finally:
+            self._deciding = None
+
+    def add_lineage_listener(self, listener: LineageListener) -> None:
+        listeners: list[LineageListener] = self.__dict__.setdefault("_lineage_listeners", [])
+        listeners.append(listener)
+
+    def _log_config_on_step(
+        self,
+        trial_state: Any,
+        new_state: Any,
+        trial: Any,
+        trial_to_clone: Any,
+        new_config: dict[str, Any],
+    ) -> None:
+        super()._log_config_on_step(  # type: ignore[misc]
+            trial_state, new_state, trial, trial_to_clone, new_config
+        )
+        keys = self._hyperparam_keys
+
+        def pick(config: dict[str, Any]) -> dict[str, Any]:
+            return {k: config.get(k) for k in keys}
+
+        own = self._deciding is not None and self._deciding[0] == trial.trial_id
+        record = {
+            "time": time.time(),
+            # The iteration whose result the exploit was decided on, and whether that
+            # was the target's own result (asynchronous PBT) or another trial's
+            # (synchronous PBT decides for paused trials at the last one's result).
+            "exploit_iteration": self._deciding[1]
+            if own and self._deciding is not None
+            else int(trial.last_result.get(TIME_ATTR, 0)),
+            "decided_on_own_result": own,
+            "target": trial.trial_id,
+            "source": trial_to_clone.trial_id,
+            # The same iterations as Tune's pbt_global.txt.
+            "target_iteration": int(trial.last_result.get(TIME_ATTR, 0)),
+            "source_iteration": int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
+            "old": pick(trial.config),
+            "donor": pick(trial_to_clone.config),
+            "new": pick(new_config),
+        }
+        for listener in self.__dict__.get("_lineage_listeners", []):
+            listener(record)
+
+
+class WorkbenchPBT(ExploitRecorder, PopulationBasedTraining):
+    pass
+
+
+class WorkbenchPB2(ExploitRecorder, PB2):
+    pass
+
 
 def _clamped(config: dict[str, Any], space: dict[str, ParamSpec]) -> dict[str, Any]:
     return clamp_config(config, space)
@@ -33,7 +111,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     # PBT's exploit/explore choices use Python's global random module.
     random.seed(exp.seed)
     if section.type == "pbt":
-        return PopulationBasedTraining(
+        pbt = WorkbenchPBT(
             time_attr=TIME_ATTR,
             metric=RETURN_METRIC,
             mode="max",
@@ -49,8 +127,10 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             # it are skipped instead of failing the trial.
             require_attrs=False,
         )
+        pbt._hyperparam_keys = tuple(space)
+        return pbt
     if section.type == "pb2":
-        return PB2(
+        pb2 = WorkbenchPB2(
             time_attr=TIME_ATTR,
             metric=RETURN_METRIC,
             mode="max",
@@ -64,6 +144,8 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             },
             custom_explore_fn=partial(_clamped, space=space),
         )
+        pb2._hyperparam_keys = tuple(space)
+        return pb2
     if section.type == "asha":
         return ASHAScheduler(
             time_attr=TIME_ATTR,

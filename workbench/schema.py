@@ -215,10 +215,26 @@ class ResourcesSection(_Strict):
 
 
 class TrackingSection(_Strict):
+    """Where and what the workbench logs to MLflow (see workbench/tracking.py)."""
+
+    enabled: bool = Field(True, description="Log the population to MLflow.")
     uri: str | None = Field(
-        None, description="MLflow tracking URI (default: sqlite inside the results folder)."
+        None,
+        description="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else an sqlite store "
+        "<storage>/mlflow.db next to the results).",
     )
     experiment: str | None = Field(None, description="MLflow experiment name (default: name).")
+    metrics: Literal["curated", "all"] | list[str] = Field(
+        "curated",
+        description="Result metrics logged per result: 'curated' (return, episode length, env "
+        "steps, throughput, timers, losses), 'all', or a list of glob patterns over the "
+        "flattened result keys (e.g. 'learners/*/vf_loss').",
+    )
+    flush_timeout_s: PositiveFloat = Field(
+        120.0,
+        description="At the end of a run, how long to wait for an unreachable store before "
+        "spooling the unwritten results to the results folder (written at the next resume).",
+    )
 
 
 class Experiment(_Strict):

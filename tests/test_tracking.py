@@ -1,0 +1,380 @@
+"""The MLflow tracker against a real sqlite store, driven the way Tune drives it (no Ray).
+
+Each test shows one way Ray's MLflowLoggerCallback fails users and the tracker's fix:
+params that PBT changes, duplicate runs after a restore, one call per metric, a store
+that goes away mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.tracking import MlflowClient
+
+from workbench.tracking import (
+    LINEAGE_FILE,
+    SPOOL_FILE,
+    MlflowTracker,
+    Result,
+    TrackingTarget,
+    metric_filter,
+    numeric_metrics,
+    op_from_json,
+    op_to_json,
+)
+
+
+@dataclass
+class FakeTrial:
+    trial_id: str
+    config: dict[str, Any]
+    trainable_name: str = "PPO"
+    status: str = "RUNNING"
+    error_file: str | None = None
+    last_result: dict[str, Any] = field(default_factory=dict)
+
+
+class Flaky:
+    """An MlflowClient whose store can go down or refuse chosen calls; counts calls."""
+
+    def __init__(self, real: MlflowClient) -> None:
+        self.real = real
+        self.down = False
+        self.refuse: Callable[[str, tuple[Any, ...], dict[str, Any]], bool] | None = None
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.real, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            if self.down:
+                raise ConnectionError("connection refused (the test took the store down)")
+            if self.refuse is not None and self.refuse(name, args, kwargs):
+                raise MlflowException(
+                    "invalid value (the test)", error_code=INVALID_PARAMETER_VALUE
+                )
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def _target(tmp_path: Path, **kw: Any) -> TrackingTarget:
+    return TrackingTarget(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        experiment="exp",
+        population="pop",
+        key=str(tmp_path / "pop"),
+        results_dir=tmp_path / "pop",
+        artifact_root=tmp_path / "mlartifacts",
+        hyperparameters={"lr": "lr", "_train_batch_size_per_learner": "batch", "act": "act"},
+        **kw,
+    )
+
+
+def _tracker(tmp_path: Path, events: list[str], **kw: Any) -> tuple[MlflowTracker, Flaky]:
+    tracker = MlflowTracker(_target(tmp_path, **kw), on_event=events.append)
+    flaky = Flaky(MlflowClient(tracker.target.uri))
+    tracker.writer._client = flaky
+    return tracker, flaky
+
+
+def _result(iteration: int, config: dict[str, Any], ret: float = 10.0) -> dict[str, Any]:
+    return {
+        "training_iteration": iteration,
+        "num_env_steps_sampled_lifetime": 100 * iteration,
+        "env_runners": {"episode_return_mean": np.float32(ret), "episode_len_mean": ret},
+        "learners": {"default_policy": {"vf_loss": 0.5, "not_curated": 1.0}},
+        "timers": {"training_iteration": 0.1},
+        "config": dict(config),
+        "pid": 1234,
+        "done": False,
+    }
+
+
+def _runs(uri: str) -> dict[str, Any]:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("exp")
+    return {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+
+
+def _history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, key))
+
+
+def _end(tracker: MlflowTracker, trials: list[FakeTrial]) -> None:
+    for trial in trials:
+        trial.status = "TERMINATED"
+        tracker.on_trial_complete(0, trials, trial)
+    tracker.on_experiment_end(trials)
+
+
+CONFIG = {"lr": 0.001, "_train_batch_size_per_learner": 256, "act": "relu", "gamma": 0.99}
+
+
+def test_curated_metrics_keep_what_people_read() -> None:
+    curated = metric_filter("curated")
+    for key in (
+        "env_runners/episode_return_mean",
+        "learners/default_policy/vf_loss",
+        "timers/learner_update_timer",
+        "num_env_steps_sampled_lifetime",
+    ):
+        assert curated(key), key
+    for key in ("pid", "timestamp", "config/lr", "learners/default_policy/not_curated"):
+        assert not curated(key), key
+    assert metric_filter("all")("learners/default_policy/not_curated")
+    assert not metric_filter("all")("config/lr")
+    mine = metric_filter(["learners/*/vf_loss"])
+    assert mine("learners/p/vf_loss") and mine("training_iteration")
+    assert not mine("env_runners/episode_return_mean")
+    metrics = numeric_metrics(_result(3, CONFIG), curated)
+    # numpy.float32 (as RLlib reports many means) is a number; bools and strings are not.
+    assert metrics["env_runners/episode_return_mean"] == 10.0
+    assert "done" not in metrics and "config/act" not in metrics
+    assert numeric_metrics({"custom": {"x#y": 1.0}}, metric_filter("all")) == {"custom/x_y": 1.0}
+
+
+def test_ops_round_trip_through_the_spool_format() -> None:
+    op = Result("t_00001", {"a": 1.5}, 123)
+    assert op_from_json(op_to_json(op)) == op
+
+
+def test_one_parent_one_child_per_trial_hp_schedule_as_metrics_one_call_per_result(
+    tmp_path: Path,
+) -> None:
+    events: list[str] = []
+    tracker, flaky = _tracker(tmp_path, events)
+    tracker.setup()
+    trials = [FakeTrial(f"abc_{i:05d}", dict(CONFIG, lr=0.001 * (i + 1))) for i in range(2)]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for it in range(1, 6):
+        for trial in trials:
+            config = dict(trial.config)
+            if trial is trials[0] and it >= 3:
+                config["lr"] = 0.005  # as if PBT had changed it
+            tracker.on_trial_result(it, trials, trial, _result(it, config, ret=it))
+    assert tracker.writer.flush(30)
+    batches_for_results = flaky.calls["log_batch"]
+    _end(tracker, trials)
+
+    runs = _runs(tracker.target.uri)
+    assert sorted(runs) == ["PPO_00000", "PPO_00001", "pop"]
+    parent = runs["pop"]
+    assert parent.info.status == "FINISHED"
+    for name in ("PPO_00000", "PPO_00001"):
+        child = runs[name]
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+        steps = [
+            s for s, _ in _history(tracker.target.uri, child.info.run_id, "training_iteration")
+        ]
+        assert steps == [1, 2, 3, 4, 5]
+    child0 = runs["PPO_00000"]
+    # Initial values are params (immutable); the schedule is a metric.
+    assert child0.data.params["lr"] == "0.001"
+    assert child0.data.params["batch"] == "256"
+    assert child0.data.tags["hp/act"] == "relu"  # categorical: a tag, not a metric
+    assert _history(tracker.target.uri, child0.info.run_id, "hp/lr") == [
+        (1, 0.001),
+        (2, 0.001),
+        (3, 0.005),
+        (4, 0.005),
+        (5, 0.005),
+    ]
+    assert "learners/default_policy/not_curated" not in child0.data.metrics
+    # 10 results (plus 2 param batches) in at most that many calls: never one per metric.
+    assert batches_for_results <= 12
+    assert not events
+    # The population's artifacts: the plots exist even without exploits.
+    client = MlflowClient(tracker.target.uri)
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"learning_curves.png", "lineage.png"} <= names
+
+
+def test_an_exploit_becomes_a_lineage_record_at_the_right_step(tmp_path: Path) -> None:
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    trials = [a, b]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for it in (1, 2, 3, 4):
+        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    for it in (1, 2, 3):
+        tracker.on_trial_result(it, trials, a, _result(it, a.config))
+    # Asynchronous PBT: the scheduler decides on a's 4th result (before the callback
+    # sees it) that a continues from b's checkpoint of iteration 4 with lr 0.012.
+    tracker.on_exploit(
+        {
+            "time": 1.0,
+            "target": a.trial_id,
+            "source": b.trial_id,
+            "target_iteration": 3,
+            "source_iteration": 4,
+            "exploit_iteration": 4,
+            "decided_on_own_result": True,
+            "old": {"lr": 0.001},
+            "donor": {"lr": 0.01},
+            "new": {"lr": 0.012},
+        }
+    )
+    tracker.on_trial_result(4, trials, a, _result(4, a.config))
+    a.config = dict(a.config, lr=0.012)
+    tracker.on_trial_result(5, trials, a, _result(5, a.config))
+    tracker.on_trial_result(6, trials, a, _result(6, a.config))
+    _end(tracker, trials)
+
+    records = [json.loads(x) for x in (tmp_path / "pop" / LINEAGE_FILE).read_text().splitlines()]
+    assert len(records) == 1
+    record = records[0]
+    assert (record["seq"], record["target_name"], record["source_name"]) == (
+        0,
+        "PPO_00000",
+        "PPO_00001",
+    )
+    # Step 4 was the last result trained with the old value; a went on from b's 4th.
+    assert record["step"] == 4
+    assert record["restored_iteration"] == 4
+    assert record["old"] == {"lr": 0.001} and record["new"] == {"lr": 0.012}
+    runs = _runs(tracker.target.uri)
+    lr = _history(tracker.target.uri, runs["PPO_00000"].info.run_id, "hp/lr")
+    changes = [s for (s, v), (_, prev) in zip(lr[1:], lr, strict=False) if v != prev]
+    assert changes == [record["step"] + 1]
+    assert runs["PPO_00000"].data.tags["workbench.cloned_from"] == "PPO_00001"
+    client = MlflowClient(tracker.target.uri)
+    names = {x.path for x in client.list_artifacts(runs["pop"].info.run_id)}
+    assert {LINEAGE_FILE, "lineage.png", "best_schedule.png"} <= names
+
+
+@pytest.mark.parametrize("with_state", [True, False], ids=["callback-state", "state-lost"])
+def test_a_restored_population_continues_the_same_runs(tmp_path: Path, with_state: bool) -> None:
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    trial = FakeTrial("abc_00000", dict(CONFIG))
+    tracker.on_trial_start(0, [trial], trial)
+    for it in (1, 2, 3):
+        tracker.on_trial_result(it, [trial], trial, _result(it, trial.config))
+    state = tracker.get_state()
+    tracker.on_experiment_end([trial])  # interrupted: the trial is still RUNNING
+    before = _runs(tracker.target.uri)
+    assert before["PPO_00000"].info.status == "KILLED"
+    assert before["pop"].info.status == "KILLED"
+
+    # The resumed driver: a new tracker; Tune hands it the saved state (or not, when
+    # the driver died before its last snapshot: the runs are found by their key tag).
+    again, _ = _tracker(tmp_path, [])
+    if with_state:
+        again.set_state(state)
+    again.setup()
+    again.on_trial_start(0, [trial], trial)
+    # Resumed from the checkpoint of iteration 2: iteration 3 comes again.
+    for it in (3, 4):
+        again.on_trial_result(it, [trial], trial, _result(it, trial.config))
+    _end(again, [trial])
+
+    after = _runs(tracker.target.uri)
+    assert {k: r.info.run_id for k, r in after.items()} == {
+        k: r.info.run_id for k, r in before.items()
+    }
+    assert all(r.info.status == "FINISHED" for r in after.values())
+    history = _history(tracker.target.uri, after["PPO_00000"].info.run_id, "training_iteration")
+    assert [s for s, _ in history] == [1, 2, 3, 4, 5]  # steps only grow
+    assert [v for _, v in history] == [1, 2, 3, 3, 4]  # the iterations as Tune reported them
+
+
+def test_an_outage_buffers_results_and_writes_them_when_the_store_answers(
+    tmp_path: Path,
+) -> None:
+    events: list[str] = []
+    tracker, flaky = _tracker(tmp_path, events)
+    tracker.writer.max_backoff_s = 0.2
+    tracker.setup()
+    trial = FakeTrial("abc_00000", dict(CONFIG))
+    tracker.on_trial_start(0, [trial], trial)
+    tracker.on_trial_result(1, [trial], trial, _result(1, trial.config))
+    assert tracker.writer.flush(30)
+    flaky.down = True
+    for it in range(2, 8):
+        tracker.on_trial_result(it, [trial], trial, _result(it, trial.config))
+    assert not tracker.writer.flush(1.0)  # nothing can be written now
+    assert tracker.writer.pending() > 0
+    assert len(events) == 1 and "not answering" in events[0]
+    flaky.down = False
+    assert tracker.writer.flush(30)
+    assert "answers again" in events[-1]
+    _end(tracker, [trial])
+    run = _runs(tracker.target.uri)["PPO_00000"]
+    history = _history(tracker.target.uri, run.info.run_id, "training_iteration")
+    assert history == [(s, float(s)) for s in range(1, 8)]  # all of them, once each
+
+
+def test_a_refused_write_is_dropped_without_blocking_the_rest(tmp_path: Path) -> None:
+    tracker, flaky = _tracker(tmp_path, [], metrics="all")
+    tracker.setup()
+    trial = FakeTrial("abc_00000", dict(CONFIG))
+    tracker.on_trial_start(0, [trial], trial)
+    assert tracker.writer.flush(30)
+
+    def poisoned(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return name == "log_batch" and any(m.key == "poison" for m in kwargs.get("metrics") or [])
+
+    flaky.refuse = poisoned
+    for it in (1, 2, 3):
+        result = _result(it, trial.config)
+        if it == 2:
+            result["poison"] = 1.0
+        tracker.on_trial_result(it, [trial], trial, result)
+    assert tracker.writer.flush(30)
+    _end(tracker, [trial])
+    run = _runs(tracker.target.uri)["PPO_00000"]
+    assert run.info.status == "FINISHED"
+    values = [v for _, v in _history(tracker.target.uri, run.info.run_id, "training_iteration")]
+    assert values == [1.0, 3.0]
+
+
+def test_a_store_down_at_the_end_spools_and_the_next_run_writes_it(tmp_path: Path) -> None:
+    events: list[str] = []
+    tracker, flaky = _tracker(tmp_path, events, flush_timeout_s=1.0)
+    flaky.down = True
+    tracker.setup()
+    trial = FakeTrial("abc_00000", dict(CONFIG))
+    tracker.on_trial_start(0, [trial], trial)
+    for it in (1, 2, 3):
+        tracker.on_trial_result(it, [trial], trial, _result(it, trial.config))
+    _end(tracker, [trial])
+    spool = tmp_path / "pop" / SPOOL_FILE
+    assert spool.exists()
+    assert "saved to" in events[-1]
+
+    again, _ = _tracker(tmp_path, events)
+    again.setup()  # the resume: writes the spool first
+    assert not spool.exists()
+    again.finish("FINISHED")
+    run = _runs(tracker.target.uri)["PPO_00000"]
+    assert run.info.status == "FINISHED"
+    steps = [s for s, _ in _history(tracker.target.uri, run.info.run_id, "training_iteration")]
+    assert steps == [1, 2, 3]
+
+
+def test_the_tracker_pickles_without_its_thread(tmp_path: Path) -> None:
+    import pickle
+
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    copy = pickle.loads(pickle.dumps(tracker))
+    assert copy._writer is None
+    assert copy.target == tracker.target
+    tracker.finish("FINISHED")
