@@ -37,10 +37,14 @@ $(STAMP)/ext: $(STAMP)/deps $(CSRC)
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
 	@mv $@.start $@
 
-# The main experiment, into a fresh results folder each time (a folder that holds a
-# run is never overwritten: `workbench resume` continues it).
+# The main experiment, as a new population each time (a folder that holds a run is
+# never overwritten: `workbench resume` continues it). All of them share the MLflow
+# store results/mlflow.db and its experiment cartpole_pbt, so `workbench runs` and
+# `workbench ui` show every one without options.
+RUN_ID := $(shell date +%Y%m%d-%H%M%S)
 run: setup
-	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results/run-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results \
+		--set name=cartpole_pbt-$(RUN_ID) --set tracking.experiment=cartpole_pbt
 
 demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,33 @@ def test_env_throughput_runs_and_reports_every_case(tmp_path: Path) -> None:
     text = json.dumps(figures)
     for case in ("sim_view", "sim_copy", "sim_core", "gym_vector", "gym_single"):
         assert case in text
+
+
+def test_mlflow_overhead_runs_and_reports_both_callbacks(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "mlflow_overhead.py"),
+            *("--synthetic", "--rounds", "1", "--results", "20", "--results-ray", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,  # whatever MLflow might write next to the working directory lands here
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {
+        cells[0]: cells[1:]
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| case")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    ray = rows["Ray MLflowLoggerCallback"]
+    workbench = rows["workbench end to end (to flush)"]
+    assert ray[0] == "2" and workbench[0] == "20"  # results per round
+    for row in (ray, workbench, rows["workbench on_trial_result (enqueue)"]):
+        median_ms, calls_per_result = float(row[1]), float(row[4])
+        assert median_ms > 0 and calls_per_result > 0
+    assert re.search(r"^(PASS|FAIL): workbench end to end [\d.]+ ms/result", result.stdout, re.M)
+    assert list(tmp_path.iterdir()) == []

@@ -77,6 +77,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     summary = run(resolved, address=args.address)
     print("\n".join(summary.lines()))
+    return _exit_code(summary)
+
+
+def _exit_code(summary: object) -> int:
+    """0 done, 1 every trial failed, 130 interrupted (as a shell reports Ctrl-C)."""
+    from workbench.launch import RunSummary
+
+    assert isinstance(summary, RunSummary)
+    if summary.interrupted:
+        return 130
     return 1 if summary.errors and summary.errors == len(summary.trials) else 0
 
 
@@ -106,7 +116,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         return 0
     summary = resume(resolved, restart_errored=args.restart_errored, address=args.address)
     print("\n".join(summary.lines()))
-    return 1 if summary.errors and summary.errors == len(summary.trials) else 0
+    return _exit_code(summary)
 
 
 def _store(args: argparse.Namespace) -> tuple[str, object]:

@@ -73,6 +73,8 @@ class RunSummary:
     errors: int = 0
     tracking_uri: str | None = None
     mlflow_experiment: str | None = None
+    # Stopped before its stop rules (Ctrl-C, SIGTERM): `workbench resume` continues it.
+    interrupted: bool = False
 
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
@@ -90,6 +92,12 @@ class RunSummary:
         else:
             out.append("No trial reported a return (no episode finished).")
         out.append(f"Results: {self.results_dir}")
+        if self.interrupted:
+            unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)
+            out.append(
+                f"Interrupted with {unfinished} trials unfinished; the state is saved: continue "
+                f"with `workbench resume {self.results_dir}`"
+            )
         if self.tracking_uri:
             store = _store_argument(self.tracking_uri)
             out.append(
@@ -163,6 +171,7 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
             if v is not None
         },
         hyperparameters={key: name for name, key in resolved.tune_keys.items()},
+        time_budget_s=exp.stop.wall_time_s,
     )
 
 
@@ -245,6 +254,8 @@ def _session(
         callbacks=callbacks,
         verbose=0,
     )
+    if tracker is not None:
+        tracker.stopper = run_config.stop
     return _Session(
         trainable=seeded_trainable(config.algo_class),
         param_space=param_space(resolved, config),
@@ -255,8 +266,34 @@ def _session(
     )
 
 
-def _finish(resolved: ResolvedExperiment, session: _Session, results: Any) -> RunSummary:
+def _fit(tuner: Any) -> tuple[Any, float]:
+    """Tuner.fit with SIGTERM treated like Ctrl-C (Kubernetes stops pods with SIGTERM;
+    Tune saves its state only on SIGINT/SIGUSR1). Returns the results and the wall time."""
+    import signal
+    import threading
+    import time
+
+    previous = None
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+        previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
+    start = time.monotonic()
+    try:
+        return tuner.fit(), time.monotonic() - start
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _finish(
+    resolved: ResolvedExperiment, session: _Session, results: Any, elapsed_s: float
+) -> RunSummary:
     summary = summarize(resolved, session.table, errors=len(results.errors))
+    budget = resolved.experiment.stop.wall_time_s
+    budget_spent = budget is not None and elapsed_s >= 0.99 * budget
+    by_rule = session.run_config.stop.stop_all()
+    summary.interrupted = not (budget_spent or by_rule) and any(
+        t.status not in ("TERMINATED", "ERROR") for t in summary.trials
+    )
     if session.tracker is not None:
         summary.tracking_uri = session.tracker.target.uri
         summary.mlflow_experiment = session.tracker.target.experiment
@@ -289,7 +326,7 @@ def run(
         tune_config=session.tune_config,
         run_config=session.run_config,
     )
-    return _finish(resolved, session, tuner.fit())
+    return _finish(resolved, session, *_fit(tuner))
 
 
 def resume(
@@ -325,7 +362,7 @@ def resume(
     session.run_config.storage_path = internal._run_config.storage_path
     internal._tune_config = session.tune_config
     internal._run_config = session.run_config
-    return _finish(resolved, session, tuner.fit())
+    return _finish(resolved, session, *_fit(tuner))
 
 
 def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -> RunSummary:

@@ -605,6 +605,7 @@ class TrackingTarget:
     flush_timeout_s: float = 120.0
     parent_params: dict[str, str] = field(default_factory=dict)
     hyperparameters: dict[str, str] = field(default_factory=dict)  # tune key -> public name
+    time_budget_s: float | None = None  # stop.wall_time_s: ending there is finishing
 
 
 class MlflowTracker(Callback):  # type: ignore[misc]
@@ -622,6 +623,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._exploits: dict[str, list[dict[str, Any]]] = {}  # target -> records not yet queued
         self._seq = 0
         self._lock = threading.Lock()
+        self._started = time.monotonic()
+        # The experiment's stopper: when its population-wide rule ended the run, the
+        # trials still running were stopped by design, not killed.
+        self.stopper: Any = None
 
     # --- plumbing ---------------------------------------------------------------------
     @property
@@ -677,6 +682,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         **info: Any,
     ) -> None:
         self.target.results_dir.mkdir(parents=True, exist_ok=True)
+        self._started = time.monotonic()
         self._seq = max(self._seq, self._lineage_lines())
         spool = self.target.results_dir / SPOOL_FILE
         if spool.exists():
@@ -821,16 +827,31 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         for handle in list(self._exploits):
             self._queue_exploits(handle)
         statuses = {t.trial_id: t.status for t in trials}
+        by_rule = self._ended_by_rule()
         for handle in self._opened - self._ended - {PARENT}:
-            # Still running or paused when the experiment ended: stopped by Tune
-            # (time budget, interrupt) rather than finished.
-            status = "FINISHED" if statuses.get(handle) == "TERMINATED" else "KILLED"
+            # Still running or paused when the experiment ended: stopped by the
+            # population's own rule (finished), or interrupted (killed; a resume
+            # continues the run).
+            status = "FINISHED" if statuses.get(handle) == "TERMINATED" or by_rule else "KILLED"
             self._ended.add(handle)
+            if by_rule:
+                self.writer.put(Tags(handle, {"workbench.stopped_by": by_rule}))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
-        interrupted = any(s not in ("TERMINATED", "ERROR") for s in statuses.values())
+        interrupted = not by_rule and any(
+            s not in ("TERMINATED", "ERROR") for s in statuses.values()
+        )
         all_failed = bool(statuses) and all(s == "ERROR" for s in statuses.values())
         parent_status = "KILLED" if interrupted else "FAILED" if all_failed else "FINISHED"
         self.finish(parent_status, trials)
+
+    def _ended_by_rule(self) -> str:
+        """Why the experiment ended early by design ('' when it did not)."""
+        if self.stopper is not None and getattr(self.stopper, "stop_all", lambda: False)():
+            return "a trial reached the population's return target"
+        budget = self.target.time_budget_s
+        if budget is not None and time.monotonic() - self._started >= 0.99 * budget:
+            return "the experiment's wall-clock budget"
+        return ""
 
     def finish(self, parent_status: str, trials: Iterable[Any] = ()) -> None:
         """Artifacts of the population, its end status, then everything flushed."""

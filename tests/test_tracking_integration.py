@@ -1,0 +1,305 @@
+"""MLflow tracking on real populations: PBT, an interrupted and resumed run, a store outage."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import yaml
+from mlflow.tracking import MlflowClient
+
+from workbench.inspection import client_for, find_population
+from workbench.launch import run
+from workbench.resolve import load_and_resolve
+from workbench.tracking import LINEAGE_FILE
+from workbench.ui import free_port, start_ui
+
+pytestmark = pytest.mark.slow
+
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+SMALL_PPO = {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2}
+
+
+@pytest.fixture
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _experiment(tmp_path: Path, **fields: Any) -> Path:
+    data = {
+        "name": "pop",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": SMALL_PPO,
+        "search_space": {
+            "params": {
+                "lr": {"loguniform": [1e-5, 1e-2]},
+                "clip_param": {"uniform": [0.1, 0.4]},
+            }
+        },
+        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.25},
+        "population": 4,
+        "stop": {"iterations": 8},
+        "checkpoint": {"frequency": 1, "keep": 3},
+        "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
+        "storage": str(tmp_path / "results"),
+        **fields,
+    }
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _result_rows(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    return {
+        trial.name: [json.loads(x) for x in (trial / "result.json").read_text().splitlines()]
+        for trial in sorted(results_dir.iterdir())
+        if (trial / "result.json").is_file()
+    }
+
+
+def _steps(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def test_pbt_population_in_mlflow(tmp_path: Path, local_ray: None) -> None:
+    resolved = load_and_resolve(_experiment(tmp_path))
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0
+    assert summary.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+
+    client = client_for(summary.tracking_uri)
+    population = find_population(client, "pop", summary.tracking_uri)
+    assert population.status == "FINISHED"
+    parents = client.search_runs(
+        [population.experiment_id], filter_string="tags.`workbench.role` = 'population'"
+    )
+    assert len(parents) == 1
+    trials = {t.trial_id: t for t in population.trials}
+    assert len(trials) == 4 and all(t.status == "FINISHED" for t in trials.values())
+
+    # Tune's own log of the exploits, and ours.
+    tune_log = [
+        json.loads(x) for x in (resolved.results_dir / "pbt_global.txt").read_text().splitlines()
+    ]
+    ours = [json.loads(x) for x in (resolved.results_dir / LINEAGE_FILE).read_text().splitlines()]
+    assert tune_log, "PBT never exploited: the test checks nothing"
+    assert len(ours) == len(tune_log)
+    assert [r["seq"] for r in ours] == list(range(len(ours)))
+    for record, (target_tag, source_tag, target_it, source_it, _donor, new) in zip(
+        ours, tune_log, strict=True
+    ):
+        # Tune's tags start with the trial's index, our ids end with it.
+        assert int(target_tag.split("_")[0]) == int(record["target"].rsplit("_", 1)[1])
+        assert int(source_tag.split("_")[0]) == int(record["source"].rsplit("_", 1)[1])
+        assert (record["target_iteration"], record["source_iteration"]) == (target_it, source_it)
+        assert record["new"]["lr"] == pytest.approx(new["lr"])
+    # The lineage artifact on the parent is the same file.
+    artifact = client.download_artifacts(population.run_id, LINEAGE_FILE, str(tmp_path))
+    assert Path(artifact).read_text() == (resolved.results_dir / LINEAGE_FILE).read_text()
+
+    rows = _result_rows(resolved.results_dir)
+    for trial in trials.values():
+        lr = _steps(client, trial.run_id, "hp/lr")
+        iterations = _steps(client, trial.run_id, "training_iteration")
+        # Every result reached the store, one step each, steps only grow.
+        assert [s for s, _ in iterations] == list(range(1, len(rows[trial.name]) + 1))
+        assert [v for _, v in iterations] == [r["training_iteration"] for r in rows[trial.name]]
+        # hp/lr changes exactly after this trial's exploits that changed it.
+        changes = [s for (s, v), (_, prev) in zip(lr[1:], lr, strict=False) if v != prev]
+        exploited = [
+            r["step"] + 1
+            for r in ours
+            if r["target"] == trial.trial_id and r["new"]["lr"] != r["old"]["lr"]
+        ]
+        assert changes == exploited, trial.name
+        # ... and the value after each is the exploit's new value.
+        for record in (r for r in ours if r["target"] == trial.trial_id):
+            after = dict(lr).get(record["step"] + 1)
+            if after is not None:
+                assert after == pytest.approx(record["new"]["lr"])
+        # The result's own iterations after an exploit continue from the donor's.
+        for record in (r for r in ours if r["target"] == trial.trial_id):
+            its = dict(iterations)
+            if record["step"] + 1 in its:
+                assert its[record["step"] + 1] == record["restored_iteration"] + 1
+    artifacts = {a.path for a in client.list_artifacts(population.run_id)}
+    assert {
+        "workbench_experiment.yaml",
+        "learning_curves.png",
+        "lineage.png",
+        "best_schedule.png",
+        LINEAGE_FILE,
+    } <= artifacts
+
+    # The inspection commands read it back.
+    store = ["--store", str(tmp_path / "results")]
+    board = subprocess.run(
+        [WORKBENCH, "runs", "pop", *store, "--json"], capture_output=True, text=True, check=True
+    )
+    data = json.loads(board.stdout)
+    assert len(data["trials"]) == 4
+    best = data["trials"][0]
+    assert best["best_return"] == max(t["best_return"] for t in data["trials"])
+    lineage = subprocess.run(
+        [WORKBENCH, "lineage", "pop", *store], capture_output=True, text=True, check=True
+    )
+    assert f"({len(ours)} exploits)" in lineage.stdout
+    shown = subprocess.run(
+        [WORKBENCH, "show", best["name"], *store, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    detail = json.loads(shown.stdout)
+    assert detail["ancestry"][-1]["name"] == best["name"]
+    assert detail["ancestry"][-1]["last_iteration"] == best["iteration"]
+
+
+def _count_results(db: Path) -> dict[str, int]:
+    """Trial name -> results in an sqlite store, read with plain SQL while a run writes it
+    (an MlflowClient would race the run's own schema creation on a new store)."""
+    import sqlite3
+
+    if not db.exists():
+        return {}
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        try:
+            rows = conn.execute(
+                "SELECT runs.name, COUNT(*) FROM metrics JOIN runs "
+                "ON metrics.run_uuid = runs.run_uuid "
+                "WHERE metrics.key = 'training_iteration' GROUP BY runs.name"
+            ).fetchall()
+        except sqlite3.OperationalError:  # tables not created yet, or locked
+            return {}
+    return {str(name): int(n) for name, n in rows}
+
+
+def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) -> None:
+    experiment = _experiment(
+        tmp_path,
+        population=2,
+        stop={"iterations": 10},
+        scheduler={"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
+    )
+    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    driver = subprocess.Popen(
+        [WORKBENCH, "run", str(experiment)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            counts = _count_results(tmp_path / "results" / "mlflow.db")
+            if len(counts) == 2 and min(counts.values()) >= 4:
+                break
+            assert driver.poll() is None, driver.communicate()[0][-3000:]
+            time.sleep(1)
+        else:
+            pytest.fail("the population never got going")
+        driver.send_signal(signal.SIGINT)  # Ctrl-C: Tune saves its state and stops
+        out = driver.communicate(timeout=180)[0]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 130, out[-3000:]
+    assert "workbench resume" in out
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("pop")
+    before = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert len(before) == 3
+    assert before["pop"].info.status == "KILLED"
+    assert not any(r.info.status == "RUNNING" for r in before.values())
+
+    resumed = subprocess.run(
+        [WORKBENCH, "resume", str(tmp_path / "results" / "pop")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    after = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert {k: r.info.run_id for k, r in after.items()} == {
+        k: r.info.run_id for k, r in before.items()
+    }, "the resume opened new runs"
+    assert all(r.info.status == "FINISHED" for r in after.values())
+    for name, found in after.items():
+        if name == "pop":
+            continue
+        history = _steps(client, found.info.run_id, "training_iteration")
+        steps = [s for s, _ in history]
+        assert steps == list(range(1, len(steps) + 1)), name  # strictly increasing
+        assert history[-1][1] == 10  # reached its stop rule
+    again = subprocess.run(
+        [WORKBENCH, "resume", str(tmp_path / "results" / "pop")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0 and "nothing to resume" in again.stdout
+
+
+def test_a_tracking_server_outage_loses_nothing(
+    tmp_path: Path, local_ray: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "server.db"
+    port = free_port()
+    server = start_ui(f"sqlite:///{store}", port=port)
+    outage = threading.Event()
+
+    def take_it_down() -> None:
+        nonlocal server
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            counts = _count_results(store)
+            if counts and max(counts.values()) >= 2:
+                break
+            time.sleep(0.5)
+        server.stop()
+        outage.set()
+        time.sleep(12)
+        server = start_ui(f"sqlite:///{store}", port=port)
+
+    controller = threading.Thread(target=take_it_down, daemon=True)
+    controller.start()
+    try:
+        resolved = load_and_resolve(
+            _experiment(
+                tmp_path,
+                population=2,
+                stop={"iterations": 14},
+                scheduler={"type": "fifo"},
+                tracking={"uri": server.url},
+            )
+        )
+        summary = run(resolved, progress_interval_s=1e9)
+        events = capsys.readouterr().out
+        controller.join(timeout=60)
+        assert outage.is_set(), "the server never went down: the test checks nothing"
+        assert summary.errors == 0
+        assert "not answering" in events
+        assert "answers again" in events
+        rows = _result_rows(resolved.results_dir)
+        counts = _count_results(store)
+        assert counts == {name: len(r) for name, r in rows.items()}
+    finally:
+        server.stop()
