@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from sim_ext import _core
+from sim_ext.faults import split_faults
 
 ID_PREFIX = "sim_ext/"
 
@@ -86,7 +87,8 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
             raise TypeError(
                 f"{self.core_class.env_name}: num_envs must be an int, got {num_envs!r}"
             )
-        self._core = self.core_class(int(num_envs), env_config)
+        core_config, self._faults = split_faults(self.core_class.env_name, env_config)
+        self._core = self.core_class(int(num_envs), core_config)
         self.num_envs = int(num_envs)
         self.copy = copy
         self.env_config = dict(env_config)
@@ -161,6 +163,8 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self._faults.armed:
+            self._faults.on_step(self.num_envs)
         self._core.step(actions)
         if self.copy:
             return (
@@ -205,7 +209,8 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
                 f"{self.core_class.env_name}: render_mode={render_mode!r} is not supported; "
                 "valid: None"
             )
-        self._core = self.core_class(1, env_config)
+        core_config, self._faults = split_faults(self.core_class.env_name, env_config)
+        self._core = self.core_class(1, core_config)
         self.env_config = dict(env_config)
         self.observation_space, self.action_space = _spaces(self._core)
         self._discrete = bool(self._core.discrete)
@@ -248,6 +253,8 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
                 "the first reset(); call reset() first"
             )
         self._load_action(action)
+        if self._faults.armed:
+            self._faults.on_step(1)
         self._core.step(self._actions)
         terminated = bool(self._core.terminated[0])
         truncated = bool(self._core.truncated[0])
