@@ -21,7 +21,7 @@ from workbench.algorithm_config import algorithm_config, param_space
 from workbench.checkpoints import CheckpointGuard
 from workbench.progress import ProgressTable, TrialRecord
 from workbench.resolve import ResolvedExperiment, describe
-from workbench.schedulers import scheduler, search_algorithm
+from workbench.schedulers import SchedulerState, scheduler, search_algorithm
 from workbench.schema import RETURN_METRIC
 from workbench.stopping import RulesStopper
 from workbench.tracking import MlflowTracker, TrackingTarget, tracking_uri_for
@@ -215,7 +215,11 @@ def _session(
     )
     trial_scheduler = scheduler(resolved)
     # The order matters: Tune restores callback state by position.
-    callbacks: list[Any] = [table, CheckpointGuard(exp.checkpoint.keep, trial_scheduler)]
+    callbacks: list[Any] = [
+        table,
+        CheckpointGuard(exp.checkpoint.keep, trial_scheduler),
+        SchedulerState(trial_scheduler),
+    ]
     tracker: MlflowTracker | None = None
     if exp.tracking.enabled:
         tracker = MlflowTracker(tracking_target(resolved))
@@ -266,6 +270,15 @@ def _session(
     )
 
 
+def _tune_environment() -> None:
+    # RLlib reports the episode return only once an episode has ended: without this,
+    # Tune's strict metric check fails the whole run on the first iteration.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    # The workbench snapshots the experiment after every trial checkpoint on purpose
+    # (ResumableScheduler); Tune would warn about each one.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
 def _fit(tuner: Any) -> tuple[Any, float]:
     """Tuner.fit with SIGTERM treated like Ctrl-C (Kubernetes stops pods with SIGTERM;
     Tune saves its state only on SIGINT/SIGUSR1). Returns the results and the wall time."""
@@ -314,9 +327,7 @@ def run(
     """
     from ray import tune
 
-    # RLlib reports the episode return only once an episode has ended: without this,
-    # Tune's strict metric check fails the whole run on the first iteration.
-    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    _tune_environment()
     start_ray(address)
     prepare_results_dir(resolved)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
@@ -345,8 +356,8 @@ def resume(
     """
     from ray import tune
 
-    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    start_ray(address)  # also registers nothing: environments register in the trainable
+    _tune_environment()
+    start_ray(address)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
     tuner = tune.Tuner.restore(
         str(resolved.results_dir),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from ray.tune import Callback
 from ray.tune.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -25,6 +26,40 @@ TIME_ATTR = "training_iteration"
 
 # (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
 LineageListener = Callable[[dict[str, Any]], None]
+
+
+class ResumableScheduler:
+    """Mixin for every workbench scheduler: its state survives `workbench resume`.
+
+    Tune saves the searcher's state and the callbacks' with each experiment snapshot,
+    but not the scheduler's: a restored PBT forgets every trial's score and last
+    checkpoint, ASHA its rungs. `SchedulerState` (a callback) carries this state in
+    the snapshot instead, keyed by trial id, and hands it back on restore.
+
+    It also makes Tune snapshot the experiment after every trial checkpoint (Tune
+    does that only with num_to_keep, which the workbench cannot use: see
+    checkpoints.py), so that a resume never starts a trial from an older checkpoint
+    than its last one.
+    """
+
+    _restored: dict[str, Any] | None = None
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
+        manager = getattr(tune_controller, "_checkpoint_manager", None)
+        if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
+            manager._sync_every_n_trial_checkpoints = 1
+        if self._restored is not None:
+            self._apply_trial_state(trial)
+
+    def workbench_state(self) -> dict[str, Any]:
+        return {}
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        self._restored = state
+
+    def _apply_trial_state(self, trial: Any) -> None:
+        pass
 
 
 class ExploitRecorder:
@@ -92,12 +127,105 @@ class ExploitRecorder:
             listener(record)
 
 
-class WorkbenchPBT(ExploitRecorder, PopulationBasedTraining):
+_PBT_TRIAL_FIELDS = (
+    "last_score",
+    "last_checkpoint",
+    "last_perturbation_time",
+    "last_train_time",
+    "last_result",
+)
+
+
+class ResumablePBT(ResumableScheduler):
+    """PBT/PB2 state by trial id: scores, the checkpoints held for exploits, the times of
+    the last perturbation, and PB2's data for its Gaussian process."""
+
+    _trial_state: dict[Any, Any]
+    _GLOBAL_FIELDS: tuple[str, ...] = (
+        "_num_checkpoints",
+        "_num_perturbations",
+        "_next_perturbation_sync",
+    )
+
+    def workbench_state(self) -> dict[str, Any]:
+        from ray.train import Checkpoint
+
+        trials = {}
+        for trial, state in self._trial_state.items():
+            fields = {f: getattr(state, f) for f in _PBT_TRIAL_FIELDS}
+            if not isinstance(fields["last_checkpoint"], Checkpoint):
+                fields["last_checkpoint"] = None  # a save still in flight
+            trials[trial.trial_id] = fields
+        out: dict[str, Any] = {
+            "trials": trials,
+            "global": {f: getattr(self, f) for f in self._GLOBAL_FIELDS if hasattr(self, f)},
+        }
+        return out
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        super().restore_workbench_state(state)
+        for name, value in state.get("global", {}).items():
+            setattr(self, name, value)
+        for trial in list(self._trial_state):
+            self._apply_trial_state(trial)
+
+    def _apply_trial_state(self, trial: Any) -> None:
+        saved = (self._restored or {}).get("trials", {}).get(trial.trial_id)
+        state: Any = self._trial_state.get(trial)
+        if saved is None or state is None:
+            return
+        for name, value in saved.items():
+            setattr(state, name, value)
+
+
+class WorkbenchPBT(ExploitRecorder, ResumablePBT, PopulationBasedTraining):
     pass
 
 
-class WorkbenchPB2(ExploitRecorder, PB2):
-    pass
+class WorkbenchPB2(ExploitRecorder, ResumablePBT, PB2):
+    _GLOBAL_FIELDS = (
+        *ResumablePBT._GLOBAL_FIELDS,
+        "data",
+        "last_exploration_time",
+        "current",
+    )
+
+
+class WorkbenchASHA(ResumableScheduler, ASHAScheduler):
+    """ASHA's rungs (the scores each trial recorded at each milestone) and brackets."""
+
+    _FIELDS = ("_brackets", "_trial_info", "_counter", "_num_stopped")
+
+    def workbench_state(self) -> dict[str, Any]:
+        return {"asha": {f: getattr(self, f) for f in self._FIELDS}}
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        super().restore_workbench_state(state)
+        for name, value in state.get("asha", {}).items():
+            setattr(self, name, value)
+
+
+class WorkbenchFIFO(ResumableScheduler, FIFOScheduler):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+
+class SchedulerState(Callback):  # type: ignore[misc]
+    """Carries the scheduler's state in Tune's experiment snapshots (see
+    ResumableScheduler)."""
+
+    def __init__(self, scheduler: TrialScheduler) -> None:
+        self.scheduler = scheduler
+
+    def get_state(self) -> dict[str, Any] | None:
+        state: dict[str, Any] = getattr(self.scheduler, "workbench_state", dict)()
+        return {"scheduler": type(self.scheduler).__name__, **state} if state else None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("scheduler") == type(self.scheduler).__name__:
+            restore = getattr(self.scheduler, "restore_workbench_state", None)
+            if restore is not None:
+                restore(state)
 
 
 def _clamped(config: dict[str, Any], space: dict[str, ParamSpec]) -> dict[str, Any]:
@@ -147,7 +275,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         pb2._hyperparam_keys = tuple(space)
         return pb2
     if section.type == "asha":
-        return ASHAScheduler(
+        return WorkbenchASHA(
             time_attr=TIME_ATTR,
             metric=RETURN_METRIC,
             mode="max",
@@ -156,7 +284,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             reduction_factor=section.reduction_factor,
             brackets=section.brackets,
         )
-    return FIFOScheduler()  # type: ignore[no-untyped-call]
+    return WorkbenchFIFO()
 
 
 def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher:
