@@ -319,6 +319,21 @@ def start_ui(
         raise
 
 
+def _population_links(tracking_uri: str, ui_url: str) -> list[str]:
+    """Direct links to each experiment's runs table (the UI's front page is MLflow's
+    GenAI overview, not the runs)."""
+    try:
+        from workbench.inspection import client_for, populations
+
+        found = populations(client_for(tracking_uri))
+    except Exception:  # the links are a convenience; the UI works without them
+        return []
+    seen: dict[str, str] = {}
+    for pop in found:
+        seen.setdefault(pop.experiment, pop.experiment_id)
+    return [f"  {name}: {experiment_url(ui_url, exp_id)}" for name, exp_id in seen.items()]
+
+
 def serve_forever(
     tracking_uri: str,
     host: str = "127.0.0.1",
@@ -336,6 +351,8 @@ def serve_forever(
     server = start_ui(tracking_uri, host=host, port=port, log_path=log_path)
     try:
         print(f"MLflow UI for {tracking_uri}: {server.url} (Ctrl-C to stop)", flush=True)
+        for line in _population_links(tracking_uri, server.url):
+            print(line, flush=True)
         print(f"server log: {server.log_path}", flush=True)
         while server.running():
             time.sleep(0.5)
