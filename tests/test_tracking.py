@@ -50,6 +50,7 @@ class Flaky:
         self.real = real
         self.down = False
         self.refuse: Callable[[str, tuple[Any, ...], dict[str, Any]], bool] | None = None
+        self.fail_when: Callable[[str], bool] | None = None
         self.calls: Counter[str] = Counter()
 
     def __getattr__(self, name: str) -> Any:
@@ -59,7 +60,7 @@ class Flaky:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            if self.down:
+            if self.down or (self.fail_when is not None and self.fail_when(name)):
                 raise ConnectionError("connection refused (the test took the store down)")
             if self.refuse is not None and self.refuse(name, args, kwargs):
                 raise MlflowException(
@@ -378,3 +379,39 @@ def test_the_tracker_pickles_without_its_thread(tmp_path: Path) -> None:
     assert copy._writer is None
     assert copy.target == tracker.target
     tracker.finish("FINISHED")
+
+
+def test_a_failure_halfway_through_a_merged_write_duplicates_nothing(tmp_path: Path) -> None:
+    tracker, flaky = _tracker(tmp_path, [])
+    tracker.setup()
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG))
+    for trial in (a, b):
+        tracker.on_trial_start(0, [a, b], trial)
+    assert tracker.writer.flush(30)
+    ops = [
+        Result(a.trial_id, {"training_iteration": 1.0}, 1),
+        Result(b.trial_id, {"training_iteration": 1.0}, 1),
+        Result(a.trial_id, {"training_iteration": 2.0}, 2),
+    ]
+    batches = {"n": 0}
+
+    def second_batch(name: str) -> bool:  # a's batch goes through, b's fails once
+        if name != "log_batch":
+            return False
+        batches["n"] += 1
+        return batches["n"] == 2
+
+    flaky.fail_when = second_batch
+    left, err = tracker.writer._apply(list(ops))
+    assert isinstance(err, ConnectionError)
+    assert left == [ops[1]]  # a's two results are in the store: not retried
+    left, err = tracker.writer._apply(left)
+    assert (left, err) == ([], None)
+    tracker.finish("FINISHED")
+    runs = _runs(tracker.target.uri)
+    uri = tracker.target.uri
+    assert _history(uri, runs["PPO_00000"].info.run_id, "training_iteration") == [
+        (1, 1.0),
+        (2, 2.0),
+    ]
+    assert _history(uri, runs["PPO_00001"].info.run_id, "training_iteration") == [(1, 1.0)]

@@ -121,11 +121,17 @@ class MetricFilter:
             patterns = (*spec, STEP_METRIC)
         self.exact = frozenset(p for p in patterns if not any(c in p for c in "*?["))
         self.globs = tuple(p for p in patterns if p not in self.exact)
+        # Results carry the same keys every iteration: decide each key once.
+        self._decided: dict[str, bool] = {}
 
     def __call__(self, key: str) -> bool:
-        if any(fnmatch.fnmatchcase(key, p) for p in _NOT_METRICS):
-            return False
-        return key in self.exact or any(fnmatch.fnmatchcase(key, p) for p in self.globs)
+        decided = self._decided.get(key)
+        if decided is None:
+            decided = not any(fnmatch.fnmatchcase(key, p) for p in _NOT_METRICS) and (
+                key in self.exact or any(fnmatch.fnmatchcase(key, p) for p in self.globs)
+            )
+            self._decided[key] = decided
+        return decided
 
 
 def metric_filter(spec: str | list[str]) -> MetricFilter:
@@ -448,14 +454,19 @@ class StoreWriter:
                 self._apply_one(op)
                 i += 1
             except Exception as err:
-                start = i - len(group) if group else i
-                if not _is_permanent(err):
-                    return batch[start:], err
                 if group:
+                    done = {id(o) for o in getattr(err, "written", [])}
+                    unwritten = [o for o in group if id(o) not in done]
+                    if not _is_permanent(err):
+                        return [*unwritten, *batch[i:]], err
                     try:
-                        self._write_each(group)
+                        self._write_each(unwritten)
                     except Exception as again:
-                        return batch[start:], again
+                        done |= {id(o) for o in getattr(again, "written", [])}
+                        return [o for o in unwritten if id(o) not in done] + batch[i:], again
+                    continue
+                if not _is_permanent(err):
+                    return batch[i:], err
                 else:
                     logger.warning("MLflow refused %s: %s", type(op).__name__, err)
                     i += 1
@@ -467,12 +478,17 @@ class StoreWriter:
         return [], None
 
     def _write_each(self, group: list[Result | Tags]) -> None:
+        """One op per call, dropping those the store refuses for good."""
+        written: list[Result | Tags] = []
         for op in group:
             try:
                 self._write_merged([op])
+                written.append(op)
             except Exception as err:
                 if not _is_permanent(err):
+                    err.written = written  # type: ignore[attr-defined]
                     raise
+                written.append(op)  # dropped: never retried
                 logger.warning("MLflow refused a %s of %s: %s", type(op).__name__, op.handle, err)
 
     def _apply_one(self, op: Op) -> None:
@@ -531,40 +547,66 @@ class StoreWriter:
         return self._steps[handle]
 
     def _write_merged(self, ops: list[Result | Tags]) -> None:
-        from mlflow.entities import Metric, RunTag
+        """Writes results and tags in as few log_batch calls as MLflow's limits allow.
 
-        by_run: dict[str, tuple[list[Any], dict[str, str]]] = {}
-        steps: dict[str, int] = {}
+        A call holds whole results, and a run's steps advance only with a call that
+        succeeded: when a call fails, ``err.written`` lists the ops already in the
+        store, so a retry writes the others and nothing twice.
+        """
+        from mlflow.entities import Metric
+
+        by_run: dict[str, list[Result | Tags]] = {}
         for op in ops:
-            metrics, tags = by_run.setdefault(op.handle, ([], {}))
-            if isinstance(op, Tags):
-                tags.update(op.tags)
-                continue
-            step = steps.get(op.handle, self._last_step(op.handle)) + 1
-            steps[op.handle] = step
-            metrics.extend(
-                Metric(k, v, op.timestamp_ms, step)
-                for k, v in op.metrics.items()
-                if not math.isinf(v)
+            by_run.setdefault(op.handle, []).append(op)
+        written: list[Result | Tags] = []
+        try:
+            for handle, run_ops in by_run.items():
+                step = self._last_step(handle)
+                chunk: list[Result | Tags] = []
+                metrics: list[Any] = []
+                tags: dict[str, str] = {}
+                for op in run_ops:
+                    size = len(op.metrics) if isinstance(op, Result) else 0
+                    if chunk and (
+                        len(metrics) + size > self.MAX_METRICS
+                        or (isinstance(op, Tags) and len(tags) + len(op.tags) > self.MAX_TAGS)
+                    ):
+                        self._send(handle, metrics, tags, step)
+                        written.extend(chunk)
+                        chunk, metrics, tags = [], [], {}
+                    if isinstance(op, Tags):
+                        tags.update(op.tags)
+                    else:
+                        step += 1
+                        metrics.extend(
+                            Metric(k, v, op.timestamp_ms, step)
+                            for k, v in op.metrics.items()
+                            if not math.isinf(v)
+                        )
+                    chunk.append(op)
+                if chunk:
+                    self._send(handle, metrics, tags, step)
+                    written.extend(chunk)
+        except Exception as err:
+            err.written = written  # type: ignore[attr-defined]
+            raise
+        finally:
+            self.written_results += sum(isinstance(o, Result) for o in written)
+
+    def _send(self, handle: str, metrics: list[Any], tags: dict[str, str], step: int) -> None:
+        """One log_batch (more only for a single op over MLflow's limits); then the run's
+        steps up to ``step`` are in the store."""
+        from mlflow.entities import RunTag
+
+        tag_items = [RunTag(k, v[:8000]) for k, v in tags.items()]
+        calls = max(len(metrics), len(tag_items), 1)
+        for i in range(0, calls, self.MAX_METRICS):
+            self.client().log_batch(
+                self.runs[handle],
+                metrics=metrics[i : i + self.MAX_METRICS],
+                tags=tag_items[: self.MAX_TAGS] if i == 0 else [],
             )
-        client = self.client()
-        for handle, (metrics, tags) in by_run.items():
-            run_id = self.runs[handle]
-            tag_items = [RunTag(k, v[:8000]) for k, v in tags.items()]
-            first = True
-            while first or metrics or tag_items:
-                first = False
-                client.log_batch(
-                    run_id,
-                    metrics=metrics[: self.MAX_METRICS],
-                    tags=tag_items[: self.MAX_TAGS],
-                )
-                metrics = metrics[self.MAX_METRICS :]
-                tag_items = tag_items[self.MAX_TAGS :]
-            # Written: these steps are now the run's.
-            if handle in steps:
-                self._steps[handle] = steps[handle]
-        self.written_results += sum(isinstance(op, Result) for op in ops)
+        self._steps[handle] = step
 
     def _lineage(self, op: Lineage) -> None:
         record = dict(op.record)
@@ -668,7 +710,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         if state.get("key") != self.target.key:
             return
         self._runs = dict(state.get("runs", {}))
-        self._seq = max(self._seq, int(state.get("seq", 0)))
+        # The lineage file, not this snapshot, numbers the next exploit (see setup).
         if self._writer is not None:
             with self._writer._cv:
                 self._writer.runs.update(self._runs)
@@ -683,7 +725,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     ) -> None:
         self.target.results_dir.mkdir(parents=True, exist_ok=True)
         self._started = time.monotonic()
-        self._seq = max(self._seq, self._lineage_lines())
+        # Numbered on from the lineage file: records the last driver queued but never
+        # wrote (it was killed) leave no gap.
+        self._seq = self._lineage_lines()
         spool = self.target.results_dir / SPOOL_FILE
         if spool.exists():
             ops = [op_from_json(line) for line in spool.read_text().splitlines() if line.strip()]
