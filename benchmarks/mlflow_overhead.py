@@ -27,8 +27,9 @@ case per round, ``sqlite:///<tmp>/<case>.db``), in one process:
 
 The results: ``--real-results`` (default 3) dicts returned by ``algo.train()`` of the RLlib
 PPO that ``experiments/cartpole_pbt.yaml`` builds (``sim_ext/CartPole-v1``), collected once
-with ``ray.init(num_cpus=1)`` (about 40 s) and cached in ``--results-cache``; ``--synthetic``
-fabricates one dict of the same nested shape instead (no Ray, for tests). The stream a case
+with ``ray.init(num_cpus=1)`` (about 40 s) and cached in ``--results-cache`` (read only if
+this user owns it: it is a pickle); ``--synthetic`` fabricates dicts of the same nested shape
+and size instead (no Ray, for tests). The stream a case
 logs cycles through them, round-robin over ``--trials`` fake Tune trials (``trial_id``,
 ``trainable_name``, ``config`` with the searched hyperparameters set per trial, ``status``,
 ``local_path``/``path``/``logdir``), each result a shallow copy whose ``training_iteration``
@@ -41,7 +42,7 @@ Method:
   run is open (Ray: ``log_trial_start``, which logs the whole config as params one call each;
   the workbench: ``on_trial_start`` and a flush). Those start costs are printed apart.
 * Interleaved rounds (``--rounds``, default 5): each round runs Ray over ``--results-ray``
-  results (default 15: it takes 1-2.5 s per result), the workbench end to end and then one by
+  results (default 15: it takes about a second per result), the workbench end to end and then one by
   one over ``--results`` results each (default 200), on fresh stores; the order Ray/workbench
   alternates from round to round. A round's figure is its mean ms per result; the table gives
   the median, min and max over rounds, and Ray's median over each workbench median.
@@ -145,7 +146,7 @@ def collect_real_results(count: int) -> list[dict[str, Any]]:
 
 
 def load_real_results(count: int, cache: Path) -> tuple[list[dict[str, Any]], str]:
-    if cache.exists():
+    if cache.exists() and cache.stat().st_uid == os.getuid():
         try:
             with cache.open("rb") as f:
                 results = pickle.load(f)
@@ -321,9 +322,7 @@ class FakeTrial:
     def __init__(self, index: int, config: dict[str, Any], folder: Path) -> None:
         self.trial_id = f"bench_{index:05d}"
         self.trainable_name = "PPO"
-        self.experiment_tag = str(index)
         self.config = config
-        self.evaluated_params = {}
         self.status = "RUNNING"
         folder.mkdir(parents=True, exist_ok=True)
         self.local_path = str(folder)
