@@ -183,7 +183,74 @@ def start_ray(address: str | None) -> None:
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
-        ray.init(log_to_driver=False, include_dashboard=False)
+        # "local": a fresh Ray of our own, even when another (a `ray start`, or the
+        # leftovers of a killed run) is around; joining one is what --address is for.
+        ray.init(address="local", log_to_driver=False, include_dashboard=False)
+
+
+SESSION_FILE = "ray_session.json"
+
+
+def record_ray_session(results_dir: Path) -> None:
+    """Remembers the local Ray this driver started, so that a resume after the driver
+    was killed can clean up what it left behind (and nothing else)."""
+    import json
+
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return  # joined a cluster: not ours to clean up
+    (results_dir / SESSION_FILE).write_text(
+        json.dumps({"driver_pid": os.getpid(), "session_dir": node.get_session_dir_path()})
+    )
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def cleanup_leftover_ray(results_dir: Path) -> list[int]:
+    """Kills the Ray processes a killed driver of this population left running.
+
+    Only processes of the recorded Ray session are touched. Refuses (exit 2) when the
+    population's driver is still alive: two drivers would write the same trials.
+    """
+    import json
+    import signal
+
+    from workbench.errors import ExperimentError
+
+    record = results_dir / SESSION_FILE
+    if not record.exists():
+        return []
+    data = json.loads(record.read_text())
+    driver = int(data.get("driver_pid", 0))
+    command = _cmdline(driver) if driver and driver != os.getpid() else ""
+    if "workbench" in command and (" run " in command or " resume " in command):
+        raise ExperimentError.single(
+            str(results_dir),
+            "",
+            f"this population is still running (driver pid {driver}); stop it (Ctrl-C or "
+            f"`kill {driver}`) before resuming",
+        )
+    session = str(data.get("session_dir", ""))
+    killed = []
+    if session and Path("/proc").is_dir():
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            if session in _cmdline(int(entry.name)):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed.append(int(entry.name))
+                except OSError:
+                    pass
+    record.unlink()
+    return killed
 
 
 @dataclass
@@ -330,6 +397,7 @@ def run(
     _tune_environment()
     start_ray(address)
     prepare_results_dir(resolved)
+    record_ray_session(resolved.results_dir)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
     tuner = tune.Tuner(
         session.trainable,
@@ -357,7 +425,14 @@ def resume(
     from ray import tune
 
     _tune_environment()
+    killed = cleanup_leftover_ray(resolved.results_dir)
+    if killed:
+        print(
+            f"Stopped {len(killed)} Ray processes left behind by the interrupted driver "
+            f"(pids {', '.join(map(str, killed))})"
+        )
     start_ray(address)
+    record_ray_session(resolved.results_dir)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
     tuner = tune.Tuner.restore(
         str(resolved.results_dir),

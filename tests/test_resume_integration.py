@@ -1,0 +1,230 @@
+"""Crash-safe resume and fault tolerance, with real failures: a SIGKILLed driver, a
+simulator that raises, a worker process that dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.test_tracking_integration import _count_results, _result_rows
+from workbench.lineage import check_sequence, read_jsonl
+from workbench.tracking import LINEAGE_FILE
+
+pytestmark = pytest.mark.slow
+
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+SMALL_PPO = {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2}
+
+
+def _experiment(tmp_path: Path, **fields: Any) -> Path:
+    data = {
+        "name": "pop",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": SMALL_PPO,
+        "search_space": {"params": {"lr": {"loguniform": [1e-5, 1e-2]}}},
+        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.25},
+        "population": 4,
+        "stop": {"iterations": 14},
+        "checkpoint": {"frequency": 1, "keep": 3},
+        "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
+        "storage": str(tmp_path / "results"),
+        **fields,
+    }
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _snapshot_checkpoints(results_dir: Path) -> dict[str, int]:
+    """Trial name -> the iteration of the checkpoint Tune's last snapshot would restore."""
+    import ray.cloudpickle as cloudpickle
+
+    snapshot = sorted(results_dir.glob("experiment_state-*.json"))[-1]
+    out = {}
+    for trial_json, runtime_json in json.loads(snapshot.read_text())["trial_data"]:
+        trial, runtime = json.loads(trial_json), json.loads(runtime_json)
+        if trial["status"] == "TERMINATED":
+            continue
+        manager = cloudpickle.loads(bytes.fromhex(runtime["checkpoint_manager"]["value"]))
+        latest = manager._latest_checkpoint_result
+        name = f"PPO_{trial['trial_id'].rsplit('_', 1)[1]}"
+        if latest is None:
+            out[name] = 0
+            continue
+        state = Path(latest.checkpoint.path) / "algorithm_state.pkl"
+        out[name] = int(pickle.loads(state.read_bytes())["training_iteration"])
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
+    experiment = _experiment(tmp_path)
+    results_dir = tmp_path / "results" / "pop"
+    driver = subprocess.Popen(
+        [WORKBENCH, "run", str(experiment)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            counts = _count_results(tmp_path / "results" / "mlflow.db")
+            exploited = (results_dir / LINEAGE_FILE).exists()
+            if len(counts) == 4 and min(counts.values()) >= 5 and exploited:
+                break
+            assert driver.poll() is None, "the run ended before the kill"
+            time.sleep(0.5)
+        else:
+            pytest.fail("the population never got going")
+        os.kill(driver.pid, signal.SIGKILL)  # the driver only: Ray's processes stay behind
+        driver.wait()
+    except BaseException:
+        os.killpg(driver.pid, signal.SIGKILL)
+        raise
+    session = json.loads((results_dir / "ray_session.json").read_text())
+    leftovers = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and session["session_dir"].encode() in _cmd(p)
+    ]
+    restore_from = _snapshot_checkpoints(results_dir)
+    rows_before = {name: len(r) for name, r in _result_rows(results_dir).items()}
+    exploits_before = len(read_jsonl(results_dir / LINEAGE_FILE))
+
+    resumed = subprocess.run(
+        [WORKBENCH, "resume", str(results_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    if leftovers:  # Ray's own processes outlive a SIGKILLed driver: cleaned, by session
+        assert "left behind by the interrupted driver" in resumed.stdout
+        assert not [pid for pid in leftovers if _alive(pid)]
+
+    rows = _result_rows(results_dir)
+    for name, trial_rows in rows.items():
+        assert trial_rows[-1]["training_iteration"] == 14, name  # reached its stop rule
+        if name in restore_from:
+            after = trial_rows[rows_before[name] :]
+            # Bounded loss: it went on from the last checkpoint Tune had completed.
+            assert after[0]["training_iteration"] == restore_from[name] + 1, name
+
+    records = read_jsonl(results_dir / LINEAGE_FILE)
+    assert check_sequence(records) == []
+    assert len(records) > exploits_before, "PBT did not exploit after the resume"
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("pop")
+    runs = client.search_runs([exp.experiment_id])
+    trials = [r for r in runs if r.data.tags.get("workbench.role") == "trial"]
+    assert sorted(r.info.run_name for r in trials) == sorted(rows)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    for run in trials:
+        history = client.get_metric_history(run.info.run_id, "training_iteration")
+        steps = sorted(m.step for m in history)
+        assert steps == list(range(1, len(steps) + 1)), run.info.run_name
+        assert len(steps) == len(rows[run.info.run_name])  # every result, once
+
+
+def _cmd(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_resume_refuses_while_the_driver_lives_and_explains_a_missing_folder(
+    tmp_path: Path,
+) -> None:
+    missing = subprocess.run(
+        [WORKBENCH, "resume", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "no population to resume" in missing.stderr
+
+
+def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Path) -> None:
+    """One trial's process is SIGKILLed (retried from its checkpoint); in a second
+    population one trial's simulator raises with no retries left (it fails, the
+    other trial goes on)."""
+    crash = _experiment(
+        tmp_path,
+        name="crash",
+        scheduler={"type": "fifo"},
+        population=2,
+        stop={"iterations": 6},
+        failure={"max_failures": 1},
+        env={
+            "id": "sim_ext/CartPole-v1",
+            "config": {
+                "crash_after_steps": 700,
+                "fault_once_file": str(tmp_path / "crashed"),
+            },
+        },
+    )
+    done = subprocess.run(
+        [WORKBENCH, "run", str(crash)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "crashed").exists(), "no worker crashed: the test checks nothing"
+    rows = _result_rows(tmp_path / "results" / "crash")
+    assert all(r[-1]["training_iteration"] == 6 for r in rows.values())
+    # The crashed trial went on from its checkpoint in a new process.
+    restored = [
+        name
+        for name, r in rows.items()
+        if any(row["iterations_since_restore"] < row["training_iteration"] for row in r)
+    ]
+    assert len(restored) == 1, rows.keys()
+
+    fail = _experiment(
+        tmp_path,
+        name="fail",
+        scheduler={"type": "fifo"},
+        population=2,
+        stop={"iterations": 6},
+        failure={"max_failures": 0},
+        env={
+            "id": "sim_ext/CartPole-v1",
+            "config": {"fault_after_steps": 700, "fault_once_file": str(tmp_path / "raised")},
+        },
+    )
+    done = subprocess.run(
+        [WORKBENCH, "run", str(fail)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Experiment fail: 2 trials, 1 errored" in done.stdout
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("fail")
+    trials = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`workbench.role` = 'trial'"
+    )
+    statuses = sorted(r.info.status for r in trials)
+    assert statuses == ["FAILED", "FINISHED"]
+    failed = next(r for r in trials if r.info.status == "FAILED")
+    assert "injected fault" in failed.data.tags["workbench.error"]
