@@ -145,7 +145,10 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         history = client.get_metric_history(run.info.run_id, "training_iteration")
         steps = sorted(m.step for m in history)
         assert steps == list(range(1, len(steps) + 1)), run.info.run_name
-        assert len(steps) == len(rows[run.info.run_name])  # every result, once
+        # Every result Tune's JSON log has (it may lose its last unflushed row to the
+        # SIGKILL, the store may not), and the last one is the stop rule's.
+        assert len(steps) >= len(rows[run.info.run_name])
+        assert max(history, key=lambda m: m.step).value == 14
 
 
 def _cmd(proc: Path) -> bytes:
