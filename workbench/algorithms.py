@@ -43,6 +43,10 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
 }
 
 # Tune reads these renames off AlgorithmConfig.to_dict().
+# The algorithms workbench.fast_runner.FastEnvRunner samples for: their env runners
+# feed RLlib's default connectors and modules that output action distribution inputs.
+FAST_RUNNER_ALGORITHMS = ("PPO", "APPO", "IMPALA")
+
 _TO_DICT_RENAMES = {"lambda_": "lambda", "input_": "input"}
 _NOT_HYPERPARAMETERS = {"self", "kwargs"}
 
