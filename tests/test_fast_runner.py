@@ -193,3 +193,37 @@ def test_unsupported_setups_fall_back_with_one_line(capsys: pytest.CaptureFixtur
     runner = FastEnvRunner(config=custom)
     assert runner.fallback_reason == "custom connectors are configured"
     assert runner.sample(num_timesteps=50)
+
+
+@pytest.mark.slow
+def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> None:
+    """Not 'about as well': the same numbers, iteration for iteration (seeded)."""
+    from workbench.fast_runner import FastEnvRunner as Fast
+
+    curves = []
+    for fast in (False, True):
+        config = _config("sim_ext/CartPole-v1", 8, seed=3).training(
+            train_batch_size_per_learner=512, minibatch_size=128, num_epochs=2
+        )
+        if fast:
+            config.env_runners(env_runner_cls=Fast)
+        algo = config.build_algo()
+        try:
+            torch.manual_seed(0)
+            curve = []
+            for _ in range(4):
+                result = algo.train()
+                curve.append(
+                    (
+                        result["num_env_steps_sampled_lifetime"],
+                        result["env_runners"].get("episode_return_mean"),
+                        result["learners"]["default_policy"]["total_loss"],
+                    )
+                )
+            curves.append(curve)
+        finally:
+            algo.stop()
+    rllib, fast_curve = curves
+    assert [c[:2] for c in fast_curve] == [c[:2] for c in rllib]
+    for (_, _, loss_fast), (_, _, loss_rllib) in zip(fast_curve, rllib, strict=True):
+        assert float(loss_fast) == pytest.approx(float(loss_rllib), rel=1e-4)
