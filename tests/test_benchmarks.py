@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,3 +65,63 @@ def test_mlflow_overhead_runs_and_reports_both_callbacks(tmp_path: Path) -> None
         assert median_ms > 0 and calls_per_result > 0
     assert re.search(r"^(PASS|FAIL): workbench end to end [\d.]+ ms/result", result.stdout, re.M)
     assert list(tmp_path.iterdir()) == []
+
+
+def _table_rows(stdout: str) -> dict[str, list[str]]:
+    """Markdown table rows by their first cell."""
+    return {
+        cells[0]: cells[1:]
+        for line in stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("|--")
+        for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]
+    }
+
+
+@pytest.mark.slow
+def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tune_overhead.py"),
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = _table_rows(result.stdout)
+    for label in ("train() (the anchor)", "exploit, new actor (workbench)", "workbench"):
+        assert label in rows, sorted(rows)
+    assert "Tune defaults" in rows
+    figures = json.loads(out.read_text())
+    assert set(figures["populations"]) == {"workbench", "Tune defaults"}
+    for runs in figures["populations"].values():
+        assert runs[0]["iterations"] == 8  # 4 trials x 2 iterations
+        assert runs[0]["train_s"] > 0 and 0 <= runs[0]["outside"] < 1
+    assert all(ms > 0 for ms in figures["exploits"]["new_actor"])
+
+
+@pytest.mark.slow
+def test_time_to_target_runs_both_env_runners(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "time_to_target.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["fast", "rllib"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == "0"  # exit status
+        assert float(cells[6].replace(",", "")) > 0  # the population sampled
+    assert "| runner | reached |" in result.stdout

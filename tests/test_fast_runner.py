@@ -22,11 +22,6 @@ from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from workbench.algorithm_config import register_env
 from workbench.fast_runner import FastEnvRunner
 
-# Every RLlib env runner registers its env under this one Gymnasium id again.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:.*Overriding environment rllib-single-agent-env-v0:UserWarning"
-)
-
 
 def _config(env_id: str = "sim_ext/CartPole-v1", n: int = 8, seed: int = 7) -> Any:
     register_env(env_id)

@@ -73,6 +73,7 @@ def test_resume_refuses_while_the_population_s_driver_lives(tmp_path: Path) -> N
     import json
     import subprocess
     import sys
+    import time
 
     from workbench.errors import ExperimentError
     from workbench.launch import SESSION_FILE, cleanup_leftover_ray
@@ -80,6 +81,11 @@ def test_resume_refuses_while_the_population_s_driver_lives(tmp_path: Path) -> N
     driver = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", "workbench", "run", "x.yaml"]
     )
+    cmdline = Path(f"/proc/{driver.pid}/cmdline")
+    for _ in range(200):  # until the child has exec'd (its cmdline is empty before)
+        if b"workbench" in cmdline.read_bytes():
+            break
+        time.sleep(0.02)
     try:
         (tmp_path / SESSION_FILE).write_text(
             json.dumps({"driver_pid": driver.pid, "session_dir": "/tmp/ray/session_none"})

@@ -7,7 +7,7 @@ from typing import Any
 from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
-from workbench.algorithms import config_class
+from workbench.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.resolve import ResolvedExperiment
 from workbench.rllib_callbacks import WorkbenchCallbacks
 
@@ -41,20 +41,33 @@ def register_env(env_id: str) -> str:
     return env_id
 
 
+def vectorize_mode(resolved: ResolvedExperiment) -> str:
+    """RLlib's gym_env_vectorize_mode for the experiment ('auto' resolved)."""
+    exp = resolved.experiment
+    mode = exp.resources.env_runners.vectorize
+    if mode == "auto":
+        return "vector_entry_point" if exp.env.id.startswith(SIM_EXT_PREFIX) else "sync"
+    return mode
+
+
 def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
     exp = resolved.experiment
     res = exp.resources
-    native_vector = exp.env.id.startswith(SIM_EXT_PREFIX)
     config = (
         config_class(exp.algorithm)()
         .environment(env=register_env(exp.env.id), env_config=dict(exp.env.config))
+        # The trial's placement group is RLlib's default_resource_request of these
+        # settings (workbench/resources.py reads it back for `plan` and the pre-flight).
         .env_runners(
-            num_env_runners=res.env_runners,
-            num_envs_per_env_runner=res.envs_per_runner,
-            num_cpus_per_env_runner=res.cpus_per_runner,  # type: ignore[arg-type]  # fractions ok
-            gym_env_vectorize_mode="vector_entry_point" if native_vector else "sync",
+            num_env_runners=res.env_runners.count,
+            num_envs_per_env_runner=res.env_runners.envs_per_runner,
+            num_cpus_per_env_runner=res.env_runners.cpus_each,  # type: ignore[arg-type]  # fractions ok
+            gym_env_vectorize_mode=vectorize_mode(resolved),
         )
-        .resources(num_cpus_for_main_process=res.cpus_main)  # type: ignore[arg-type]
+        .resources(
+            num_cpus_for_main_process=res.cpus_main,  # type: ignore[arg-type]
+            placement_strategy=res.placement_strategy,
+        )
         .learners(
             num_learners=res.num_learners,
             num_gpus_per_learner=res.gpus_per_learner,
@@ -64,6 +77,12 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
         .callbacks(WorkbenchCallbacks)
         .debugging(seed=exp.seed)
     )
+    if exp.env_runner == "fast" or (
+        exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
+    ):
+        from workbench.fast_runner import FastEnvRunner
+
+        config.env_runners(env_runner_cls=FastEnvRunner)
     return config
 
 

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from workbench import __version__
 from workbench.environments import describe_environments
 from workbench.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from workbench.inspection import Population, TrialRun
+    from workbench.timeline import Capture
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -75,9 +81,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     from workbench.launch import run
 
-    summary = run(resolved, address=args.address)
+    summary = run(resolved, address=args.address, dashboard=args.dashboard)
     print("\n".join(summary.lines()))
     return _exit_code(summary)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from workbench.plan import make_plan
+    from workbench.resolve import load_and_resolve
+    from workbench.resources import live_cluster, parse_cluster, this_machine
+
+    resolved = load_and_resolve(args.file, args.set or [], check_results=False)
+    if args.cluster:
+        try:
+            cluster = parse_cluster(args.cluster)
+        except ValueError as err:
+            raise ExperimentError.single(args.file, "--cluster", str(err)) from None
+    elif args.address or os.environ.get("RAY_ADDRESS"):
+        import ray
+
+        ray.init(address=args.address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+        cluster = live_cluster(args.address)
+    else:
+        cluster = this_machine()
+    plan = make_plan(resolved, cluster, probe=args.probe)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        print("\n".join(plan.lines()))
+    if not plan.fits:
+        print("\n".join(str(p) for p in plan.problems), file=sys.stderr)
+        return ExperimentError.exit_code
+    return 0
 
 
 def _exit_code(summary: object) -> int:
@@ -144,6 +179,12 @@ def _num(value: float | int | None, digits: int = 4) -> str:
     return str(int(value))
 
 
+def _shown(value: object) -> str:
+    if value is None:
+        return "-"
+    return _num(value) if isinstance(value, float) else str(value)
+
+
 def _when(ms: int | None) -> str:
     import datetime as dt
 
@@ -200,14 +241,15 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             str(t.env_steps),
             _num(t.best_return),
             _num(t.last_return),
+            _num(t.metrics.get("eval/return_mean")),
             t.tags.get("workbench.cloned_from", "-"),
-            *(_num(v) if isinstance(v, float) else str(v) for v in t.hyperparameters().values()),
+            *(_shown(t.hyperparameters().get(k)) for k in hps),
         ]
         for rank, t in enumerate(board, 1)
     ]
     print(f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):")
     headers = ["#", "trial", "status", "iter", "env steps", "best return", "last return"]
-    print(_table([*headers, "cloned from", *hps], rows))
+    print(_table([*headers, "eval return", "cloned from", *hps], rows))
     return 0
 
 
@@ -234,6 +276,7 @@ def _population_json(pop: object) -> dict[str, object]:
                 "best_return": None if t.best_return != t.best_return else t.best_return,
                 "last_return": None if t.last_return != t.last_return else t.last_return,
                 "cloned_from": t.tags.get("workbench.cloned_from"),
+                "eval_return": t.metrics.get("eval/return_mean"),
                 "hyperparameters": t.hyperparameters(),
             }
             for t in leaderboard(pop)
@@ -330,6 +373,270 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diagnosis_target(args: argparse.Namespace) -> tuple[str, Any, Population, list[TrialRun]]:
+    """(store URI, client, population, trials) for `workbench diagnose`'s TARGET: a
+    results folder, an experiment/population name or parent run id, or one trial."""
+    from workbench import inspection
+    from workbench.launch import RESOLVED_FILE
+    from workbench.ui import resolve_store
+
+    target = args.target
+    folder = Path(target) if target is not None else None
+    is_folder = folder is not None and (folder / RESOLVED_FILE).is_file()
+    uri = resolve_store(args.store if args.store or not is_folder else str(folder))
+    client = inspection.client_for(uri)
+    if is_folder:
+        assert folder is not None
+        wanted = str(folder.resolve())
+        found = [p for p in inspection.populations(client) if p.results_dir == wanted]
+        pop = found[0] if found else inspection.find_population(client, folder.name, uri)
+        if found:
+            pop.trials = inspection.trial_runs(client, pop)
+        return uri, client, pop, list(pop.trials)
+    try:
+        pop = inspection.find_population(client, target, uri)
+        return uri, client, pop, list(pop.trials)
+    except ExperimentError as not_population:
+        try:
+            trial = inspection.find_trial(client, target, args.population, uri)
+        except ExperimentError:
+            raise ExperimentError.single(
+                uri,
+                "",
+                f"{target!r} is neither a results folder, a population, an experiment nor a "
+                f"trial in the store ({not_population.problems[0].message})",
+            ) from None
+        parent = client.get_run(trial.tags["mlflow.parentRunId"])  # type: ignore[attr-defined]
+        pop = inspection.find_population(client, parent.info.run_id, uri)
+        return uri, client, pop, [trial]
+
+
+def _cmd_diagnose(args: argparse.Namespace) -> int:
+    from workbench import diagnosis, inspection
+
+    capture = None
+    if args.timeline:
+        capture = _capture_timeline(args)
+        for line in capture.lines():
+            print(line, file=sys.stderr if args.json else sys.stdout)
+    uri, client, pop, trials = _diagnosis_target(args)
+    prefix = diagnosis.PREFIX + "/"
+    reports = []
+    shares: dict[str, list[tuple[float, float, float, float, float]]] = {}
+    steady_splits = []
+    for trial in trials:
+        history = inspection.metric_histories(client, trial, prefix)
+        splits = [diagnosis.TimeSplit.from_metrics(m) for m in history.values()]
+        used, left_out = diagnosis.steady(splits)
+        steady_splits.extend(used)
+        report = diagnosis.diagnose(f"Trial {trial.name}", diagnosis.total(used), left_out)
+        reports.append(report)
+        shares[trial.name] = [
+            (
+                float(step),
+                s.sampling_fraction,
+                s.learner_fraction,
+                s.sync_fraction,
+                s.rest_fraction,
+            )
+            for step, s in zip(history, splits, strict=True)
+            if s.iteration_s > 0
+        ]
+    population = None
+    if len(trials) > 1:
+        population = diagnosis.diagnose(
+            f"Population {pop.name} ({len(trials)} trials together)",
+            diagnosis.total(steady_splits),
+        )
+        counts: dict[str, int] = {}
+        for report in reports:
+            counts[report.verdict] = counts.get(report.verdict, 0) + 1
+        population.evidence.insert(
+            0, "trials: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+        )
+    if args.png:
+        from workbench.plots import time_split
+
+        path = time_split(
+            shares,
+            args.png,
+            title=f"{pop.name}: where each iteration's time goes",
+            subtitles={t.name: r.verdict for t, r in zip(trials, reports, strict=True)},
+        )
+        print(f"Time split written to {path}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "store": uri,
+                    "population": pop.name,
+                    "run_id": pop.run_id,
+                    "trials": [r.to_json() for r in reports],
+                    "population_diagnosis": population.to_json() if population else None,
+                    "timeline": str(capture.path) if capture else None,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"Where the time goes in population {pop.name} ({pop.experiment}, {pop.status}):")
+    if not any(r.split.iterations for r in reports):
+        print(
+            "  no iteration has timing figures yet (workbench/* metrics: they come with "
+            "every result of a trial run by this version of the workbench)"
+        )
+    for report in reports:
+        print("\n".join(report.lines()))
+    if population is not None:
+        print("\n".join(population.lines()))
+    print(
+        "Figures: seconds per iteration recovered from RLlib's EMA timers (coeff 0.01: "
+        "x_n = (E_n - 0.99 E_(n-1)) / 0.01, exact with one training_step per iteration), "
+        "summed over the iterations used; shares of time_this_iter_s. Runners needed = the "
+        "learner's consumption rate / one runner's sampling rate. See README, Diagnosis."
+    )
+    return 0
+
+
+def _capture_timeline(args: argparse.Namespace) -> Capture:
+    from workbench import timeline
+    from workbench.launch import RESOLVED_FILE
+
+    address = args.address
+    if address is None:
+        folder = Path(args.target) if args.target else None
+        if folder is None or not (folder / RESOLVED_FILE).is_file():
+            # An experiment or run name: its population's results folder, from MLflow.
+            uri, _client, pop, _trials = _diagnosis_target(args)
+            folder = Path(pop.results_dir) if pop.results_dir else None
+            if folder is None:
+                raise timeline.NothingRunning.single(
+                    uri, "--timeline", f"population {pop.name} records no results folder"
+                )
+        address = timeline.session_address(folder)
+    return timeline.capture(address, Path(args.timeline), args.timeline_seconds)
+
+
+def _key_values(items: list[str] | None, option: str, source: str) -> dict[str, object]:
+    """``KEY=VALUE`` options (the value read as YAML: 3, 1e-3, true, text)."""
+    out: dict[str, object] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ExperimentError.single(
+                source, option, f"{item!r} is not KEY=VALUE (for example substeps=2)"
+            )
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out[key.strip()] = text
+    return out
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from workbench import evaluate
+
+    source = evaluate.locate(args.run, store=args.store, population=args.population)
+    checkpoint = evaluate.read_checkpoint(source.checkpoint)
+    evaluate.check_env(checkpoint, args.env, args.run)
+    overrides = _key_values(args.env_config, "--env-config", args.run)
+    result = evaluate.evaluate_checkpoint(
+        checkpoint,
+        episodes=args.episodes,
+        deterministic=not args.stochastic,
+        seed=args.seed,
+        env_config=overrides,
+    )
+    logged = "not logged to MLflow (" + ("--no-log)" if args.no_log else "no trial run found)")
+    if source.run_id and source.uri and not args.no_log:
+        from workbench.inspection import client_for
+
+        evaluate.log_evaluation(client_for(source.uri), source.run_id, result)
+        logged = f"logged to MLflow run {source.run_id} as eval/* ({source.uri})"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "checkpoint": str(checkpoint.path),
+                    "training_iteration": checkpoint.training_iteration,
+                    "env_id": result.env_id,
+                    "env_config": result.env_config,
+                    "deterministic": result.deterministic,
+                    "seed": result.seed,
+                    **result.stats(),
+                    "returns": result.returns,
+                    "lengths": result.lengths,
+                    "run_id": result.run_id,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"Evaluated {source.label}")
+    if source.label != str(checkpoint.path):
+        print(f"  checkpoint {checkpoint.path}")
+    print(f"  saved at iteration {checkpoint.training_iteration}")
+    print(f"  {result.summary()}")
+    for note in [*result.notes, logged]:
+        print(f"  {note}")
+    return 0
+
+
+def _cmd_export_schedule(args: argparse.Namespace) -> int:
+    from workbench.replay import export_schedule
+    from workbench.resolve import load_and_resolve
+
+    output = Path(args.output)
+    if output.exists():
+        raise ExperimentError.single(str(output), "-o", "exists; give a new file name")
+    uri, client = _store(args)
+    exported = export_schedule(client, uri, args.experiment, args.trial)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(exported.text())
+    try:
+        resolved = load_and_resolve(output, check_results=False)
+    except ExperimentError:
+        output.unlink()
+        raise
+    steps = exported.data["scheduler"]["schedule"]
+    print(
+        f"Schedule of {exported.trial} (population {exported.population}) written to "
+        f"{output}: {len(steps)} steps over {exported.data['stop']['iterations']} iterations"
+    )
+    print(
+        "Ancestry: "
+        + ", ".join(
+            f"{s.trial_name} {s.first_iteration}-{s.last_iteration}" for s in exported.segments
+        )
+    )
+    for step in steps:
+        shown = ", ".join(
+            f"{k}={_num(v) if isinstance(v, int | float) else v}" for k, v in step["values"].items()
+        )
+        print(f"  iteration {step['iteration']:>4}: {shown}")
+    print(f"Replay it with `workbench run {output}` (results in {resolved.results_dir})")
+    return 0
+
+
+def _cmd_export_policy(args: argparse.Namespace) -> int:
+    from workbench import evaluate
+    from workbench.export import export_policy
+
+    source = evaluate.locate(args.run, store=args.store, population=args.population)
+    checkpoint = evaluate.read_checkpoint(source.checkpoint)
+    evaluate.check_env(checkpoint, args.env, args.run)
+    exported = export_policy(checkpoint, Path(args.output))
+    print("\n".join(exported.lines()))
+    return 0
+
+
 def _cmd_ui(args: argparse.Namespace) -> int:
     from workbench.ui import resolve_store, serve_forever
 
@@ -376,7 +683,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print the resolved config and the trials; no Ray"
     )
     run.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
+    run.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="start Ray's dashboard on 127.0.0.1 and print its address (needs the "
+        "'dashboard' extra: ray[default])",
+    )
     run.set_defaults(handler=_cmd_run)
+
+    plan = commands.add_parser(
+        "plan",
+        help="one trial's placement group, how many trials fit on a cluster, how long the "
+        "population queues (nothing runs)",
+    )
+    plan.add_argument("file", metavar="FILE")
+    plan.add_argument(
+        "--set", action="append", metavar="KEY.PATH=VALUE", help="override a field (repeatable)"
+    )
+    where = plan.add_mutually_exclusive_group()
+    where.add_argument("--address", help="a running Ray cluster (default: RAY_ADDRESS)")
+    where.add_argument(
+        "--cluster",
+        action="append",
+        metavar="cpus=N,gpus=M[,nodes=K]",
+        help="the cluster as numbers, one node shape per option (default: this machine)",
+    )
+    plan.add_argument(
+        "--probe",
+        action="store_true",
+        help="measure sampling and learning rates here for a few seconds (default: estimate)",
+    )
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(handler=_cmd_plan)
 
     resume = commands.add_parser(
         "resume", help="continue a stopped or failed population (same runs, same config)"
@@ -420,6 +758,118 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(lineage)
     lineage.add_argument("--json", action="store_true", help="machine-readable output")
     lineage.set_defaults(handler=_cmd_lineage)
+
+    diagnose = commands.add_parser(
+        "diagnose",
+        help="where the time goes: sampling, learning, weight sync; the bottleneck per trial "
+        "and for the population, and what to change",
+    )
+    diagnose.add_argument(
+        "target",
+        nargs="?",
+        metavar="RESULTS_DIR|EXPERIMENT|RUN",
+        help="a results folder, an MLflow experiment / population name / parent run id, or "
+        "one trial (run id or name) (default: the newest population)",
+    )
+    diagnose.add_argument(
+        "--population", help="population or experiment of a trial name (default: newest)"
+    )
+    diagnose.add_argument("--png", metavar="FILE", help="draw the time split over iterations")
+    diagnose.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="also write a Chrome-trace timeline (ray.timeline) of a short window of the "
+        "population while it runs",
+    )
+    diagnose.add_argument(
+        "--timeline-seconds",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="the window --timeline records (default 10)",
+    )
+    diagnose.add_argument(
+        "--address",
+        help="--timeline: the Ray cluster the population joined (default: its local Ray, "
+        "from the results folder)",
+    )
+    _add_store(diagnose)
+    diagnose.add_argument("--json", action="store_true", help="machine-readable output")
+    diagnose.set_defaults(handler=_cmd_diagnose)
+
+    policy_ref = {
+        "metavar": "RUN|CHECKPOINT",
+        "help": "an MLflow trial run (run id, or trial name such as PPO_00003: its newest "
+        "checkpoint), a checkpoint folder, or a trial folder (its newest checkpoint)",
+    }
+    evaluate = commands.add_parser(
+        "eval", help="roll out a trained policy (no Tune) and log eval/* to its MLflow run"
+    )
+    evaluate.add_argument("run", **policy_ref)  # type: ignore[arg-type]
+    evaluate.add_argument(
+        "--episodes", type=_positive_int, default=10, help="episodes (default 10)"
+    )
+    evaluate.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample the policy's actions (default: deterministic, argmax / mean; DQN "
+        "acts greedily either way)",
+    )
+    evaluate.add_argument(
+        "--seed", type=int, default=0, help="episode k starts from seed + k (default 0)"
+    )
+    evaluate.add_argument(
+        "--env", help="refuse unless the checkpoint was trained on this env id (a check)"
+    )
+    evaluate.add_argument(
+        "--env-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change one of the env's settings (repeatable), e.g. --env-config substeps=2",
+    )
+    evaluate.add_argument(
+        "--population", help="population or experiment of a trial name (default: newest)"
+    )
+    _add_store(evaluate)
+    evaluate.add_argument("--no-log", action="store_true", help="do not log to MLflow")
+    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+    evaluate.set_defaults(handler=_cmd_eval)
+
+    export_schedule = commands.add_parser(
+        "export-schedule",
+        help="write an experiment file that replays a PBT trial's hyperparameter schedule",
+    )
+    export_schedule.add_argument(
+        "experiment",
+        metavar="EXPERIMENT",
+        nargs="?",
+        help="MLflow experiment, population name or parent run id (default: the newest)",
+    )
+    export_schedule.add_argument(
+        "--trial", help="trial name, trial id or run id (default: the best trial)"
+    )
+    export_schedule.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the experiment file to write"
+    )
+    _add_store(export_schedule)
+    export_schedule.set_defaults(handler=_cmd_export_schedule)
+
+    export_policy = commands.add_parser(
+        "export-policy",
+        help="write a policy as torch files (torch.export, TorchScript) loadable without Ray",
+    )
+    export_policy.add_argument("run", **policy_ref)  # type: ignore[arg-type]
+    export_policy.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="a new folder for the files"
+    )
+    export_policy.add_argument(
+        "--env", help="refuse unless the checkpoint was trained on this env id (a check)"
+    )
+    export_policy.add_argument(
+        "--population", help="population or experiment of a trial name (default: newest)"
+    )
+    _add_store(export_policy)
+    export_policy.set_defaults(handler=_cmd_export_policy)
 
     ui = commands.add_parser("ui", help="start the MLflow UI on 127.0.0.1 for the store")
     _add_store(ui)

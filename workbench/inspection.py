@@ -317,3 +317,13 @@ def population_pngs(client: Any, population: Population, folder: Path) -> list[P
                 )
             )
     return out
+
+
+def metric_histories(client: Any, trial: TrialRun, prefix: str) -> dict[int, dict[str, float]]:
+    """step -> {name without the prefix: value} for every metric of the trial's run under
+    ``prefix`` (for example ``workbench/``: the per-iteration time split)."""
+    out: dict[int, dict[str, float]] = {}
+    for key in sorted(k for k in trial.metrics if k.startswith(prefix)):
+        for step, value, _ in metric_history(client, trial.run_id, key):
+            out.setdefault(step, {})[key[len(prefix) :]] = value
+    return dict(sorted(out.items()))

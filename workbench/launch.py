@@ -19,6 +19,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.algorithm_config import algorithm_config, param_space
 from workbench.checkpoints import CheckpointGuard
+from workbench.plan import preflight
 from workbench.progress import ProgressTable, TrialRecord
 from workbench.resolve import ResolvedExperiment, describe
 from workbench.schedulers import SchedulerState, scheduler, search_algorithm
@@ -75,6 +76,9 @@ class RunSummary:
     mlflow_experiment: str | None = None
     # Stopped before its stop rules (Ctrl-C, SIGTERM): `workbench resume` continues it.
     interrupted: bool = False
+    # The best trial's last checkpoint rolled out (evaluation.at_end), or why it was not.
+    evaluation: Any = None  # workbench.evaluate.Evaluation
+    evaluation_note: str | None = None
 
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
@@ -91,6 +95,15 @@ class RunSummary:
                     out.append(f"  {iteration:>4}: {shown}")
         else:
             out.append("No trial reported a return (no episode finished).")
+        if self.evaluation is not None:
+            logged = "; logged to its MLflow run as eval/*" if self.evaluation.run_id else ""
+            out.append(
+                f"Evaluated {self.best.name if self.best else 'the best trial'} "
+                f"(checkpoint of iteration {self.evaluation.training_iteration}): "
+                f"{self.evaluation.summary()}{logged}"
+            )
+        if self.evaluation_note:
+            out.append(self.evaluation_note)
         out.append(f"Results: {self.results_dir}")
         if self.interrupted:
             unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)
@@ -175,17 +188,44 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
     )
 
 
-def start_ray(address: str | None) -> None:
+def dashboard_missing() -> str | None:
+    """Why Ray's dashboard cannot start here (its packages, ray[default], are missing), or None."""
+    import ray
+    from ray._private.utils import get_dashboard_dependency_error
+
+    error = get_dashboard_dependency_error()
+    if error is None:
+        return None
+    return (
+        f"Ray's dashboard needs the packages of ray[default] ({error}); install them with "
+        f"`pip install -e '.[dashboard]'` or `pip install 'ray[default]=={ray.__version__}'`"
+    )
+
+
+def start_ray(address: str | None, dashboard: bool = False) -> None:
     import ray
 
     if ray.is_initialized():
         return
-    if address or os.environ.get("RAY_ADDRESS"):
-        ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+    joining = bool(address or os.environ.get("RAY_ADDRESS"))
+    if dashboard and not joining and (missing := dashboard_missing()):
+        from workbench.errors import ExperimentError
+
+        raise ExperimentError.single("--dashboard", "", missing)
+    if joining:
+        context = ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         # "local": a fresh Ray of our own, even when another (a `ray start`, or the
         # leftovers of a killed run) is around; joining one is what --address is for.
-        ray.init(address="local", log_to_driver=False, include_dashboard=False)
+        context = ray.init(
+            address="local",
+            log_to_driver=False,
+            include_dashboard=dashboard,
+            dashboard_host="127.0.0.1",  # this machine only (Ray's default, said aloud)
+        )
+    if dashboard:
+        url = context.dashboard_url
+        print(f"Ray dashboard: http://{url}" if url else "Ray dashboard: the cluster runs none")
 
 
 SESSION_FILE = "ray_session.json"
@@ -377,7 +417,59 @@ def _finish(
     if session.tracker is not None:
         summary.tracking_uri = session.tracker.target.uri
         summary.mlflow_experiment = session.tracker.target.experiment
+    if not summary.interrupted:
+        evaluate_best(resolved, session, summary)
     return summary
+
+
+def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
+    """Rolls out the best trial's last checkpoint (experiment.evaluation) and logs eval/*
+    to its MLflow run. Never fails the population: a problem becomes a summary line."""
+    from workbench.evaluate import (
+        check_env,
+        evaluate_checkpoint,
+        log_evaluation,
+        read_checkpoint,
+        trial_checkpoints,
+    )
+
+    section = resolved.experiment.evaluation
+    best = summary.best
+    if section.at_end == "none" or best is None:
+        return
+    checkpoints = trial_checkpoints(resolved.results_dir / best.name)
+    if not checkpoints:
+        summary.evaluation_note = (
+            f"Not evaluated: {best.name} saved no checkpoint (checkpoint.at_end: true saves "
+            "one when a trial ends)"
+        )
+        return
+    try:
+        checkpoint = read_checkpoint(checkpoints[-1])
+        check_env(checkpoint, resolved.experiment.env.id, str(resolved.file))
+        summary.evaluation = evaluate_checkpoint(
+            checkpoint,
+            episodes=section.episodes,
+            deterministic=section.deterministic,
+            seed=resolved.experiment.seed,
+        )
+    except Exception as err:  # the population's results stand without it
+        summary.evaluation_note = f"Not evaluated: {best.name}: {type(err).__name__}: {err}"
+        return
+    if session.tracker is None:
+        return
+    trial_id = next((t for t, r in session.table.records.items() if r is best), None)
+    run_id = session.tracker.get_state()["runs"].get(trial_id)
+    if run_id is None:
+        return
+    try:
+        from workbench.inspection import client_for
+
+        log_evaluation(client_for(session.tracker.target.uri), run_id, summary.evaluation)
+    except Exception as err:  # a store that does not answer: the figures are printed
+        summary.evaluation_note = (
+            f"The evaluation could not be logged to MLflow: {type(err).__name__}: {err}"
+        )
 
 
 def run(
@@ -386,16 +478,19 @@ def run(
     address: str | None = None,
     progress_interval_s: float = 15.0,
     configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+    dashboard: bool = False,
 ) -> RunSummary:
     """Runs the population to its stop rules and returns what a person wants to know.
 
     ``configure`` may adjust the RLlib config beyond what experiment files say (a
-    custom learner class or callbacks, from Python).
+    custom learner class or callbacks, from Python). ``dashboard`` starts Ray's
+    dashboard with a local Ray (ray[default]) and prints its address.
     """
     from ray import tune
 
     _tune_environment()
-    start_ray(address)
+    start_ray(address, dashboard=dashboard)
+    preflight(resolved, address=address, configure=configure)
     prepare_results_dir(resolved)
     record_ray_session(resolved.results_dir)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
@@ -432,6 +527,7 @@ def resume(
             f"(pids {', '.join(map(str, killed))})"
         )
     start_ray(address)
+    preflight(resolved, address=address, configure=configure)
     record_ray_session(resolved.results_dir)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
     tuner = tune.Tuner.restore(

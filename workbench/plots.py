@@ -21,6 +21,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from workbench.lineage import (
     LineageRecord,
@@ -291,3 +293,65 @@ def schedules(
         schedule, title=title, exploits=exploits, last_iteration=last_iteration
     )
     return _save(figure, path)
+
+
+# --- where the time goes ---------------------------------------------------------------------
+
+TIME_SPLIT_PARTS = ("sampling", "learner update", "weight sync", "rest")
+TIME_SPLIT_COLORS = ("#2ca02c", "#1f77b4", "#ff7f0e", "#c7c7c7")
+
+
+def _time_split_figure(
+    shares: Mapping[str, Sequence[tuple[float, float, float, float, float]]],
+    *,
+    title: str,
+    subtitles: Mapping[str, str] | None = None,
+) -> Figure:
+    labels = [label for label, rows in shares.items() if rows] or ["-"]
+    cols = min(4, len(labels))
+    rows = math.ceil(len(labels) / cols)
+    figure = Figure(figsize=(3.6 * cols + 1.6, 1.2 + 2.4 * rows), layout="constrained")
+    axes = figure.subplots(rows, cols, sharey=True, squeeze=False).ravel()
+    figure.suptitle(title)
+    for ax, label in zip(axes, labels, strict=False):
+        points = sorted(shares.get(label, []))
+        ax.set_title(f"{label}: {subtitles[label]}" if subtitles and label in subtitles else label)
+        ax.set_ylim(0, 1)
+        ax.grid(True, alpha=0.3)
+        if not points:
+            _note(ax, "no timing figures yet")
+            continue
+        xs = [p[0] for p in points]
+        parts = [[p[i + 1] for p in points] for i in range(len(TIME_SPLIT_PARTS))]
+        if len(xs) == 1:  # one iteration: a bar instead of an area with no width
+            bottom = 0.0
+            for part, color in zip(parts, TIME_SPLIT_COLORS, strict=True):
+                ax.bar(xs, part, bottom=bottom, color=color, width=0.6)
+                bottom += part[0]
+        else:
+            ax.stackplot(xs, *parts, colors=TIME_SPLIT_COLORS, alpha=0.9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("iteration (result of the trial's run)", fontsize=8)
+    for ax in axes[len(labels) :]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel("share of the iteration's wall time", fontsize=8)
+    handles = [
+        Patch(color=color, label=part)
+        for part, color in zip(TIME_SPLIT_PARTS, TIME_SPLIT_COLORS, strict=True)
+    ]
+    figure.legend(handles=handles, loc="outside right upper", fontsize=8)
+    return figure
+
+
+def time_split(
+    shares: Mapping[str, Sequence[tuple[float, float, float, float, float]]],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    subtitles: Mapping[str, str] | None = None,
+) -> Path:
+    """One stacked-area panel per trial: label -> [(iteration, sampling, learner update,
+    weight sync, rest)], each a share of that iteration's wall time; `subtitles` (the
+    verdicts) go next to the labels."""
+    return _save(_time_split_figure(shares, title=title, subtitles=subtitles), path)

@@ -21,6 +21,7 @@ from workbench.schema import (
     Experiment,
     PB2Scheduler,
     PBTScheduler,
+    ReplayScheduler,
     load_experiment,
     read_yaml,
 )
@@ -117,6 +118,7 @@ def resolve(
                 )
             )
     _check_search(experiment, space, where, problems)
+    replayed = _check_replay(experiment, space, valid_params, where, problems)
     _check_combinations(experiment, where, problems)
 
     results_dir = Path(experiment.storage).expanduser().resolve() / experiment.name
@@ -124,7 +126,7 @@ def resolve(
         _check_results_dir(results_dir, experiment, where, problems)
     if problems:
         raise ExperimentError(problems)
-    keys = {name: tune_key(algo, name) for name in space}
+    keys = {name: tune_key(algo, name) for name in [*space, *replayed]}
     return ResolvedExperiment(
         experiment=experiment,
         file=file,
@@ -293,8 +295,53 @@ def _check_search(
             )
 
 
+def _check_replay(
+    experiment: Experiment,
+    space: SearchSpace,
+    valid_params: frozenset[str],
+    where: str,
+    problems: list[Problem],
+) -> list[str]:
+    """A replayed schedule sets training parameters nothing else sets; returns their names."""
+    scheduler = experiment.scheduler
+    if not isinstance(scheduler, ReplayScheduler):
+        return []
+    names = list(scheduler.schedule[0].values)
+    for name in names:
+        field = f"scheduler.schedule.0.values.{name}"
+        if name not in valid_params:
+            problems.append(
+                Problem(
+                    where,
+                    field,
+                    f"{experiment.algorithm} has no hyperparameter {name!r} to replay"
+                    f"{did_you_mean(name, valid_params)}",
+                )
+            )
+        elif name in experiment.training:
+            problems.append(
+                Problem(where, field, "is both fixed in training and replayed; keep one")
+            )
+        elif name in space:
+            problems.append(
+                Problem(where, field, "is both searched (search_space) and replayed; keep one")
+            )
+    return names
+
+
 def _check_combinations(experiment: Experiment, where: str, problems: list[Problem]) -> None:
     """Rules that span sections."""
+    from workbench.algorithms import FAST_RUNNER_ALGORITHMS
+
+    if experiment.env_runner == "fast" and experiment.algorithm not in FAST_RUNNER_ALGORITHMS:
+        problems.append(
+            Problem(
+                where,
+                "env_runner",
+                f"'fast' samples for {', '.join(FAST_RUNNER_ALGORITHMS)}, not "
+                f"{experiment.algorithm}; valid here: 'auto' or 'rllib'",
+            )
+        )
     scheduler = experiment.scheduler
     population_based = isinstance(scheduler, PBTScheduler | PB2Scheduler)
     if population_based and experiment.search.type == "optuna":

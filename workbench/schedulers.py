@@ -274,6 +274,10 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         )
         pb2._hyperparam_keys = tuple(space)
         return pb2
+    if section.type == "replay":
+        from workbench.replay import replay_scheduler
+
+        return replay_scheduler(resolved)
     if section.type == "asha":
         return WorkbenchASHA(
             time_attr=TIME_ATTR,

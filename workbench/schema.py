@@ -8,6 +8,7 @@ valid (``ExperimentError``), before anything starts: no Ray, no results folder.
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,6 +24,7 @@ from pydantic import (
     PositiveInt,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from workbench.algorithms import ALGORITHMS
@@ -117,8 +119,65 @@ class FIFOScheduler(_Strict):
     type: Literal["fifo"]
 
 
+class ReplayStep(_Strict):
+    """From this iteration on, train with these values (the others stay as they were)."""
+
+    iteration: PositiveInt = Field(description="The first Tune iteration trained with them.")
+    values: dict[str, Any] = Field(
+        min_length=1, description="Hyperparameters by RLlib's public names (lr, lambda_, ...)."
+    )
+
+
+class ReplayScheduler(_Strict):
+    """Replays a hyperparameter schedule: every trial starts with the first step's values
+    and changes to a step's values before training its iteration (it saves a checkpoint
+    and restores it with the new config, as a PBT exploit does, onto its own weights).
+    `workbench export-schedule` writes one from a PBT population's winner."""
+
+    type: Literal["replay"]
+    schedule: list[ReplayStep] = Field(
+        min_length=1,
+        description="Steps by increasing iteration; the first is iteration 1 and names "
+        "every hyperparameter the schedule sets.",
+    )
+
+    @field_validator("schedule")
+    @classmethod
+    def _ordered_and_complete(cls, steps: list[ReplayStep]) -> list[ReplayStep]:
+        if steps[0].iteration != 1:
+            raise ValueError(
+                f"the first step is at iteration {steps[0].iteration}; it must be at "
+                "iteration 1 (the values training starts with)"
+            )
+        names = set(steps[0].values)
+        for before, step in itertools.pairwise(steps):
+            if step.iteration <= before.iteration:
+                raise ValueError(
+                    f"iteration {step.iteration} follows iteration {before.iteration}; "
+                    "give the steps by strictly increasing iteration"
+                )
+            extra = sorted(set(step.values) - names)
+            if extra:
+                raise ValueError(
+                    f"the step at iteration {step.iteration} sets {', '.join(extra)}, which "
+                    f"the first step does not; the first step must name every "
+                    f"hyperparameter (it has {', '.join(sorted(names))})"
+                )
+        return steps
+
+    def values_at(self, iteration: int) -> dict[str, Any]:
+        """The values iteration `iteration` trains with."""
+        values: dict[str, Any] = {}
+        for step in self.schedule:
+            if step.iteration > iteration:
+                break
+            values.update(step.values)
+        return values
+
+
 Scheduler = Annotated[
-    PBTScheduler | PB2Scheduler | ASHAScheduler | FIFOScheduler, Field(discriminator="type")
+    PBTScheduler | PB2Scheduler | ASHAScheduler | FIFOScheduler | ReplayScheduler,
+    Field(discriminator="type"),
 ]
 
 
@@ -196,22 +255,147 @@ class FailureSection(_Strict):
     )
 
 
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+VectorizeMode = Literal["auto", "sync", "async", "vector_entry_point"]
+# Keys of the flat layout that preceded the env_runners block; still read, never written.
+_LEGACY_RUNNER_KEYS = {"envs_per_runner": "envs_per_runner", "cpus_per_runner": "cpus_each"}
+
+
+class EnvRunnersSection(_Strict):
+    """The env runners of one trial: actors that step the environments (sampling)."""
+
+    count: NonNegativeInt = Field(
+        0, description="Remote env runners (0: sample in the trial's main process)."
+    )
+    cpus_each: PositiveFloat = Field(
+        1.0, description="CPUs of each runner's bundle (fractions let runners share a core)."
+    )
+    envs_per_runner: PositiveInt = Field(8, description="Environments each runner steps.")
+    vectorize: VectorizeMode = Field(
+        "auto",
+        description="How a runner batches its environments (RLlib's gym_env_vectorize_mode): "
+        "'vector_entry_point' steps them all in one call of the env's own vector class "
+        "(sim_ext's C++ batch), 'sync' one after the other in Python, 'async' in "
+        "subprocesses; 'auto' is vector_entry_point for sim_ext ids, else sync.",
+    )
+
+
 class ResourcesSection(_Strict):
-    """Per trial (the resource topology issue extends this)."""
+    """What one trial asks for: its placement group (gang-scheduled: all bundles or none).
+
+    The bundles are RLlib's own (`Algorithm.default_resource_request`): the main process,
+    one per env runner, one per remote learner. `workbench plan` prints them and how many
+    trials fit on a cluster; `workbench run` refuses a trial that could never fit.
+    """
+
+    model_config = ConfigDict(json_schema_extra=lambda schema, _: _legacy_resources_schema(schema))
 
     cpus_main: PositiveFloat = Field(
         1.0,
         description="CPUs of the trial's main process (with num_learners 0 it also hosts "
         "the learner; fractions let several small trials share a core).",
     )
-    env_runners: NonNegativeInt = Field(
-        0, description="Remote env runners (0: sample in the trial's main process)."
+    num_learners: NonNegativeInt = Field(
+        0, description="Remote learner actors (0: learn in the trial's main process)."
     )
-    envs_per_runner: PositiveInt = Field(8, description="Vectorized envs per runner.")
-    cpus_per_runner: PositiveFloat = 1.0
-    num_learners: NonNegativeInt = Field(0, description="Remote learners (0: local learner).")
-    gpus_per_learner: NonNegativeFloat = 0.0
-    cpus_per_learner: PositiveFloat = 1.0
+    gpus_per_learner: NonNegativeFloat = Field(
+        0.0,
+        description="GPUs of each learner (with num_learners 0: of the main process). "
+        "A fraction lets trials share a GPU (one learner per trial); above 1, whole GPUs.",
+    )
+    cpus_per_learner: NonNegativeFloat | Literal["auto"] = Field(
+        "auto",
+        description="CPUs of each learner; 'auto' is RLlib's rule: 1 without a GPU, 0 with one.",
+    )
+    env_runners: EnvRunnersSection = Field(
+        default_factory=EnvRunnersSection,
+        description="The env runners: {count, cpus_each, envs_per_runner, vectorize}; a "
+        "number is the count.",
+    )
+    placement_strategy: PlacementStrategy = Field(
+        "PACK",
+        description="How a trial's bundles are placed on nodes (Ray placement group "
+        "strategy): PACK as few nodes as possible, SPREAD over as many as possible, "
+        "STRICT_PACK all on one node, STRICT_SPREAD each on a different node.",
+    )
+    no_gpu: Literal["fail", "cpu_fallback"] = Field(
+        "fail",
+        description="When the cluster has no GPU at all but the trial asks for one: 'fail' "
+        "(refuse to start, with the numbers) or 'cpu_fallback' (learners train on CPU, "
+        "said loudly at start).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_legacy_keys(cls, data: Any) -> Any:
+        """`env_runners: 2` is the count; flat `envs_per_runner` / `cpus_per_runner` (the
+        layout before the env_runners block, in older files and saved results) move in."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        runners = data.get("env_runners")
+        if isinstance(runners, int) and not isinstance(runners, bool):
+            runners = {"count": runners}
+        legacy = {new: data.pop(old) for old, new in _LEGACY_RUNNER_KEYS.items() if old in data}
+        if legacy:
+            if runners is None:
+                runners = {}
+            if isinstance(runners, dict):
+                for key, value in legacy.items():
+                    if key in runners and runners[key] != value:
+                        raise ValueError(
+                            f"env_runners.{key} is {runners[key]!r} but the older flat key "
+                            f"says {value!r}; keep env_runners.{key} only"
+                        )
+                runners = {**legacy, **runners}
+        if runners is not None:
+            data["env_runners"] = runners
+        return data
+
+    @model_validator(mode="after")
+    def _learners_make_sense(self) -> ResourcesSection:
+        gpus = self.gpus_per_learner
+        if gpus > 1 and not float(gpus).is_integer():
+            raise ValueError(
+                f"gpus_per_learner {gpus:g}: above 1 GPU a learner takes whole GPUs "
+                f"(Ray cannot split a request across GPUs); use {int(gpus)} or {int(gpus) + 1}"
+            )
+        if self.num_learners > 1 and 0 < gpus < 1:
+            raise ValueError(
+                f"num_learners {self.num_learners} at gpus_per_learner {gpus:g}: learners "
+                "of one trial sharing a GPU fail in NCCL (Ray PR 45382); use one learner "
+                "with a fractional GPU, or whole GPUs per learner"
+            )
+        if self.num_learners > 0 and gpus == 0 and self.cpus_per_learner == 0:
+            raise ValueError(
+                "cpus_per_learner 0 with gpus_per_learner 0: a learner needs a CPU or a "
+                "GPU; give cpus_per_learner > 0 (or 'auto')"
+            )
+        return self
+
+
+def _legacy_resources_schema(schema: dict[str, Any]) -> None:
+    """Editors must accept what the loader accepts: the count as `env_runners: N` and the
+    flat keys of older files (marked deprecated)."""
+    props = schema["properties"]
+    block = {k: v for k, v in props["env_runners"].items() if k not in ("description", "title")}
+    props["env_runners"] = {
+        "anyOf": [block, {"type": "integer", "minimum": 0}],
+        "title": "Env Runners",
+        "description": props["env_runners"].get("description", ""),
+    }
+    props["envs_per_runner"] = {
+        "type": "integer",
+        "exclusiveMinimum": 0,
+        "deprecated": True,
+        "description": "Older spelling of env_runners.envs_per_runner.",
+    }
+    props["cpus_per_runner"] = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "deprecated": True,
+        "description": "Older spelling of env_runners.cpus_each.",
+    }
 
 
 class TrackingSection(_Strict):
@@ -234,6 +418,23 @@ class TrackingSection(_Strict):
         120.0,
         description="At the end of a run, how long to wait for an unreachable store before "
         "spooling the unwritten results to the results folder (written at the next resume).",
+    )
+
+
+class EvaluationSection(_Strict):
+    """How trained policies are evaluated: `workbench eval`, and the best trial of the
+    population at the end of `workbench run` / `workbench resume`."""
+
+    at_end: Literal["best", "none"] = Field(
+        "best",
+        description="'best': when the population ends, roll out the best trial's last "
+        "checkpoint and log eval/* to its MLflow run; 'none': skip it.",
+    )
+    episodes: PositiveInt = Field(10, description="Episodes to roll out (seeds seed, seed+1, ...).")
+    deterministic: bool = Field(
+        True,
+        description="Act with the policy's most likely action (argmax, or the mean of a "
+        "continuous distribution) instead of sampling it.",
     )
 
 
@@ -262,6 +463,13 @@ class Experiment(_Strict):
     failure: FailureSection = Field(default_factory=FailureSection)
     resources: ResourcesSection = Field(default_factory=ResourcesSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    env_runner: Literal["auto", "fast", "rllib"] = Field(
+        "auto",
+        description="How trials sample: 'fast' is the workbench's batched env runner (PPO, "
+        "APPO, IMPALA on vector envs; several times RLlib's throughput, the same episodes), "
+        "'rllib' RLlib's SingleAgentEnvRunner, 'auto' the fast one where it applies.",
+    )
+    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     storage: str = Field("results", description="Results folder; this run goes to storage/name.")
     seed: int = Field(0, description="Seeds searchers, PBT's choices and every trial's streams.")
 
@@ -378,10 +586,10 @@ def _problems_from(err: ValidationError, file: str, model: type[BaseModel]) -> l
         elif e["type"] == "missing":
             message = "is required"
         elif e["type"] == "union_tag_invalid":
-            message = f"unknown type {value.get('type')!r}; valid: 'asha', 'fifo', 'pb2', 'pbt'"
+            message = f"unknown type {value.get('type')!r}; valid: {one_of(_SCHEDULERS)}"
             field = field.rsplit(".", 1)[0] + ".type" if field else "type"
         elif e["type"] == "union_tag_not_found":
-            message = "needs a type: one of 'asha', 'fifo', 'pb2', 'pbt'"
+            message = f"needs a type: one of {one_of(_SCHEDULERS)}"
         else:
             text = e["msg"].removeprefix("Value error, ")
             shown = "" if isinstance(value, dict) else f"{value!r}: "
@@ -395,6 +603,7 @@ _SCHEDULERS: dict[str, type[BaseModel]] = {
     "pb2": PB2Scheduler,
     "asha": ASHAScheduler,
     "fifo": FIFOScheduler,
+    "replay": ReplayScheduler,
 }
 
 
@@ -410,8 +619,8 @@ def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
         current = _model_in(annotation)
         if current is None:
             return []
-        if getattr(annotation, "__origin__", None) is dict:
-            next(parts, None)  # a key of the mapping (a parameter name), not a field
+        if getattr(annotation, "__origin__", None) in (dict, list):
+            next(parts, None)  # a key of the mapping (a parameter name) or an index
     fields = getattr(current, "model_fields", {})
     names = set(fields) | {f.alias for f in fields.values() if f.alias}
     return sorted(names)

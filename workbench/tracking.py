@@ -872,18 +872,20 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             self._queue_exploits(handle)
         statuses = {t.trial_id: t.status for t in trials}
         by_rule = self._ended_by_rule()
-        for handle in self._opened - self._ended - {PARENT}:
-            # Still running or paused when the experiment ended: stopped by the
-            # population's own rule (finished), or interrupted (killed; a resume
-            # continues the run).
-            status = "FINISHED" if statuses.get(handle) == "TERMINATED" or by_rule else "KILLED"
+        # Trials Tune did not report complete or failed: still running, paused or
+        # pending when the experiment ended. Tune's own status is no guide here: on
+        # Ctrl-C it marks some TERMINATED while stopping them (and saves them as
+        # resumable). They were stopped by the population's own rule (finished), or
+        # interrupted (killed; a resume reopens the run).
+        unfinished = self._opened - self._ended - {PARENT}
+        for handle in unfinished:
+            status = "FINISHED" if by_rule else "KILLED"
             self._ended.add(handle)
             if by_rule:
                 self.writer.put(Tags(handle, {"workbench.stopped_by": by_rule}))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
-        interrupted = not by_rule and any(
-            s not in ("TERMINATED", "ERROR") for s in statuses.values()
-        )
+        never_started = any(t.trial_id not in self._opened for t in trials)
+        interrupted = not by_rule and (bool(unfinished) or never_started)
         all_failed = bool(statuses) and all(s == "ERROR" for s in statuses.values())
         parent_status = "KILLED" if interrupted else "FAILED" if all_failed else "FINISHED"
         self.finish(parent_status, trials)

@@ -1,0 +1,359 @@
+"""Tune's overhead around RLlib: the cost of a PBT exploit, and how much of a population's
+time is spent outside ``train()``, with the workbench's settings against Tune's defaults.
+
+Usage::
+
+    .venv/bin/python benchmarks/tune_overhead.py            # about 5 minutes
+    .venv/bin/python benchmarks/tune_overhead.py --quick    # a smoke run (the test)
+
+Method (one local Ray of ``--cpus`` CPUs for the whole script, every round interleaved):
+
+* **A PBT exploit**, measured on Ray actors of the main experiment's algorithm
+  (``experiments/cartpole_pbt.yaml``: PPO, sampling and learning in the actor, half a CPU),
+  the way Tune does it: the donor's ``save()`` (an RLlib checkpoint on local disk), a NEW
+  actor (a fresh worker process that imports torch and RLlib and builds the algorithm; the
+  workbench runs Tune with ``reuse_actors=False`` because an Algorithm has no
+  ``reset_config``) and its ``restore()`` of that checkpoint. Beside it, in the same
+  rounds: the anchor, one ``train()`` of the donor, and ``restore()`` into the donor's own
+  actor, which is all an exploit would cost if actors could be reused. Each figure is
+  the median/min/max over ``--exploit-rounds`` rounds, in ms.
+* **Time outside train()**: a PBT population of ``--population`` trials (8) of the same
+  experiment, each at a quarter of a CPU so that all of them run at once on 2 CPUs,
+  ``--iterations`` iterations each, perturbation interval ``--interval``. Two setups per
+  round, their order alternating between rounds:
+
+  - *workbench*: ``workbench.launch.run`` (its PBT with clamped mutations and lineage,
+    a checkpoint every ``checkpoint.frequency`` iterations, pruning by CheckpointGuard,
+    an experiment snapshot after every trial checkpoint, MLflow tracking, the progress
+    table, ``reuse_actors=False``);
+  - *Tune defaults*: ``tune.Tuner`` with the same RLlib config, search space and a plain
+    ``PopulationBasedTraining`` (same mutations; ``require_attrs=False``, without which
+    Tune fails the run when the first iteration ends no episode), ``CheckpointConfig()``
+    (no periodic checkpoints: PBT saves a donor when it exploits it; ``num_to_keep``
+    None), Tune's automatic experiment-snapshot period, no callbacks, ``verbose=0``;
+    ``reuse_actors`` stays False because True errors at the first exploit.
+
+  The slot time is ``population x wall time`` of ``fit()`` (every trial runs at once), the
+  train time the sum of every result row's ``time_this_iter_s`` (each trial's
+  ``result.json``); the fraction outside ``train()`` is ``1 - train / slot``: actor starts,
+  checkpoints, exploits (a new actor and a restore), waiting for a CPU, Tune's own loop.
+  Restores are counted as result rows with ``iterations_since_restore == 1`` after the
+  first. Median/min/max over ``--rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
+
+
+def _stats(values: list[float], unit: str = "", digits: int = 0) -> str:
+    fmt = f"{{:>9,.{digits}f}}"
+    return "  ".join(
+        fmt.format(v) + unit for v in (statistics.median(values), min(values), max(values))
+    )
+
+
+def _triple(values: list[float], fmt: str, unit: str = "") -> str:
+    """'median [min-max]' in a 24-wide cell."""
+    median = format(statistics.median(values), fmt)
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return f"{median}{unit} [{low}-{high}]".rjust(24)
+
+
+def experiment_data(args: argparse.Namespace, storage: Path, name: str) -> dict[str, Any]:
+    data = yaml.safe_load(EXPERIMENT.read_text())
+    data.update(
+        name=name,
+        population=args.population,
+        storage=str(storage),
+        stop={"iterations": args.iterations},
+        evaluation={"at_end": "none"},
+    )
+    data["scheduler"]["perturbation_interval"] = args.interval
+    data["checkpoint"]["frequency"] = min(data["checkpoint"]["frequency"], args.interval)
+    data["training"]["train_batch_size_per_learner"] = args.batch
+    data["resources"].update(cpus_main=args.cpus_per_trial, cpus_per_learner=args.cpus_per_trial)
+    data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
+    return data
+
+
+def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
+    from workbench.resolve import load_and_resolve
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_and_resolve(path)
+
+
+# --- a PBT exploit -----------------------------------------------------------------------------
+
+
+def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[float]]:
+    import ray
+
+    from workbench.algorithm_config import algorithm_config
+
+    resolved = resolved_experiment(experiment_data(args, folder, "exploit"), folder)
+    config = algorithm_config(resolved)
+    actor_cls = ray.remote(num_cpus=args.cpus_per_trial)(config.algo_class)
+    figures: dict[str, list[float]] = {
+        k: [] for k in ("train", "save", "new_actor", "restore_new", "restore_same")
+    }
+
+    def timed(ref: Any) -> tuple[Any, float]:
+        start = time.perf_counter()
+        value = ray.get(ref)
+        return value, 1000 * (time.perf_counter() - start)
+
+    donor = actor_cls.remote(config=config)
+    ray.get(donor.train.remote())  # warm: the first iteration's one-off costs
+    for round_ in range(args.exploit_rounds):
+        _, ms = timed(donor.train.remote())
+        figures["train"].append(ms)
+        saved, ms = timed(donor.save.remote())
+        figures["save"].append(ms)
+        mutated = config.copy(copy_frozen=False).training(lr=config.lr * 0.8)
+        start = time.perf_counter()
+        clone = actor_cls.remote(config=mutated)
+        ray.get(clone.__ray_ready__.remote())
+        figures["new_actor"].append(1000 * (time.perf_counter() - start))
+        _, ms = timed(clone.restore.remote(saved))
+        figures["restore_new"].append(ms)
+        _, ms = timed(donor.restore.remote(saved))
+        figures["restore_same"].append(ms)
+        ray.get(clone.stop.remote())
+        ray.kill(clone)
+        print(f"exploit round {round_ + 1}/{args.exploit_rounds} done", file=sys.stderr)
+    ray.get(donor.stop.remote())
+    ray.kill(donor)
+    return figures
+
+
+# --- a population ------------------------------------------------------------------------------
+
+
+def read_rows(experiment_dir: Path) -> list[list[dict[str, Any]]]:
+    out = []
+    for result_file in sorted(experiment_dir.glob("*/result.json")):
+        rows = []
+        for line in result_file.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        out.append(rows)
+    return out
+
+
+def population_figures(experiment_dir: Path, wall_s: float, population: int) -> dict[str, float]:
+    trials = read_rows(experiment_dir)
+    train_s = sum(float(r.get("time_this_iter_s", 0.0)) for rows in trials for r in rows)
+    restores = sum(
+        max(0, sum(1 for r in rows if r.get("iterations_since_restore") == 1) - 1)
+        for rows in trials
+    )
+    iterations = sum(len(rows) for rows in trials)
+    slot_s = population * wall_s
+    return {
+        "wall_s": wall_s,
+        "train_s": train_s,
+        "outside": 1.0 - train_s / slot_s,
+        "restores": float(restores),
+        "iterations": float(iterations),
+        "trials": float(len(trials)),
+    }
+
+
+def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    from workbench import launch
+
+    resolved = resolved_experiment(experiment_data(args, folder, "workbench"), folder)
+    fit_s: list[float] = []
+    original = launch._fit
+
+    def timed_fit(tuner: Any) -> tuple[Any, float]:
+        results, elapsed = original(tuner)
+        fit_s.append(elapsed)
+        return results, elapsed
+
+    launch._fit = timed_fit  # the same clock as Tune's fit() below
+    try:
+        start = time.perf_counter()
+        summary = launch.run(resolved, progress_interval_s=1e9)
+        command_s = time.perf_counter() - start
+    finally:
+        launch._fit = original
+    if summary.errors:
+        raise SystemExit(f"workbench population: {summary.errors} trials errored")
+    figures = population_figures(resolved.results_dir, fit_s[0], args.population)
+    figures["command_s"] = command_s
+    return figures
+
+
+def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+
+    from workbench.algorithm_config import algorithm_config, param_space
+    from workbench.schema import RETURN_METRIC
+
+    resolved = resolved_experiment(experiment_data(args, folder, "tune"), folder)
+    config = algorithm_config(resolved)
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        metric=RETURN_METRIC,
+        mode="max",
+        perturbation_interval=args.interval,
+        hyperparam_mutations={k: s.mutation() for k, s in resolved.tune_space.items()},
+        quantile_fraction=resolved.experiment.scheduler.quantile_fraction,
+        require_attrs=False,
+    )
+    tuner = tune.Tuner(
+        config.algo_class,
+        param_space=param_space(resolved, config),
+        tune_config=tune.TuneConfig(scheduler=pbt, num_samples=args.population),
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str(folder / "tune_results"),
+            stop={"training_iteration": args.iterations},
+            verbose=0,
+        ),
+    )
+    start = time.perf_counter()
+    results = tuner.fit()
+    wall = time.perf_counter() - start
+    if results.errors:
+        raise SystemExit(f"Tune-defaults population: {len(results.errors)} trials errored")
+    figures = population_figures(folder / "tune_results" / "tune", wall, args.population)
+    figures["command_s"] = wall
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="population rounds (default 2)")
+    parser.add_argument("--exploit-rounds", type=int, default=5)
+    parser.add_argument("--population", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--interval", type=int, default=2, help="PBT perturbation interval")
+    parser.add_argument("--batch", type=int, default=1000, help="train_batch_size_per_learner")
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray")
+    parser.add_argument("--cpus-per-trial", type=float, default=0.25)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--keep", action="store_true", help="keep the results folders")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.exploit_rounds = 1, 1
+        args.population, args.iterations, args.interval, args.batch = 4, 2, 1, 512
+
+    warnings.filterwarnings("ignore")
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"  # both: RLlib's first iteration
+    import ray
+
+    print("command:", " ".join([sys.executable, *sys.argv]))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print(
+        f"{now:%Y-%m-%d %H:%M:%S} UTC  {os.cpu_count()} CPUs  python "
+        f"{platform.python_version()}  ray {ray.__version__}"
+    )
+    print(
+        f"population {args.population} x {args.iterations} iterations (PBT every "
+        f"{args.interval}), {args.cpus_per_trial} CPU per trial, batch {args.batch}; "
+        f"{args.rounds} population rounds, {args.exploit_rounds} exploit rounds",
+        flush=True,
+    )
+    folder = Path(tempfile.mkdtemp(prefix="tune_overhead-"))
+    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        exploits = measure_exploits(args, folder / "exploits")
+        setups = {"workbench": run_workbench, "Tune defaults": run_tune_defaults}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
+        for round_ in range(args.rounds):
+            order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
+            for name in order:
+                where = folder / f"round{round_}-{name.replace(' ', '_')}"
+                where.mkdir(parents=True)
+                runs[name].append(setups[name](args, where))
+                print(f"population round {round_ + 1}: {name} done", file=sys.stderr)
+    finally:
+        ray.shutdown()
+        if args.keep:
+            print(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    train = statistics.median(exploits["train"])
+    exploit_new = [
+        s + a + r
+        for s, a, r in zip(
+            exploits["save"], exploits["new_actor"], exploits["restore_new"], strict=True
+        )
+    ]
+    exploit_same = [s + r for s, r in zip(exploits["save"], exploits["restore_same"], strict=True)]
+    rows = [
+        ("train() (the anchor)", exploits["train"]),
+        ("save() on the donor", exploits["save"]),
+        ("new actor: start + build", exploits["new_actor"]),
+        ("restore() in the new actor", exploits["restore_new"]),
+        ("restore() in the same actor", exploits["restore_same"]),
+        ("exploit, new actor (workbench)", exploit_new),
+        ("exploit, reused actor (if it worked)", exploit_same),
+    ]
+    print(f"\nA PBT exploit, ms ({args.exploit_rounds} interleaved rounds)")
+    print(f"| {'step':<38} | {'median':>9} | {'min':>9} | {'max':>9} | {'/ train()':>9} |")
+    print(f"|{'-' * 40}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 11}|")
+    for label, values in rows:
+        cells = _stats(values).split()
+        ratio = statistics.median(values) / train
+        print(f"| {label:<38} | {cells[0]:>9} | {cells[1]:>9} | {cells[2]:>9} | {ratio:>8.2f}x |")
+
+    print(
+        f"\nPopulation {args.population} on {args.cpus} CPUs: time outside train() "
+        f"({args.rounds} interleaved rounds)"
+    )
+    print(
+        f"| {'setup':<14} | {'fit() s':>24} | {'outside train()':>24} | {'restarts':>8} | "
+        f"{'iterations':>10} | {'whole run s':>11} |"
+    )
+    print(f"|{'-' * 16}|{'-' * 26}|{'-' * 26}|{'-' * 10}|{'-' * 12}|{'-' * 13}|")
+    for name, figures in runs.items():
+        walls = [f["wall_s"] for f in figures]
+        outside = [100 * f["outside"] for f in figures]
+        print(
+            f"| {name:<14} | {_triple(walls, '.1f')} | {_triple(outside, '.1f', '%')} | "
+            f"{statistics.median([f['restores'] for f in figures]):>8.0f} | "
+            f"{statistics.median([f['iterations'] for f in figures]):>10.0f} | "
+            f"{statistics.median([f['command_s'] for f in figures]):>11.1f} |"
+        )
+    print("(median [min-max] over rounds; restarts: actors restarted from a checkpoint, by")
+    print(" exploits and by PBT pausing a trial while others wait; whole run: workbench.launch.run")
+    print(" including its pre-flight, MLflow start and end, and plots)")
+    wb = statistics.median([f["wall_s"] for f in runs["workbench"]])
+    tu = statistics.median([f["wall_s"] for f in runs["Tune defaults"]])
+    print(f"\nworkbench fit() / Tune defaults' fit(): {wb / tu:.2f}x (medians)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"exploits": exploits, "populations": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

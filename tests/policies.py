@@ -1,0 +1,59 @@
+"""Policy checkpoints without training: RLlib's own LearnerGroup, built and saved in this
+process (no Ray), which is the part of an algorithm checkpoint a policy is read from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import sim_ext  # noqa: F401  (registers the sim_ext ids)
+from workbench.algorithms import config_class
+from workbench.evaluate import load_module, read_checkpoint
+
+
+def learner_group_checkpoint(
+    folder: Path, algorithm: str, env_id: str, env_config: dict[str, Any] | None = None
+) -> Path:
+    """``folder`` as a checkpoint whose policy has fresh (seeded) random weights."""
+    env = gym.make(env_id, **(env_config or {}))
+    config = config_class(algorithm)().environment(env_id, env_config=dict(env_config or {}))
+    torch.manual_seed(0)
+    group = config.build_learner_group(
+        spaces={"default_policy": (env.observation_space, env.action_space)}
+    )
+    group.save_to_path(str(folder / "learner_group"))
+    return folder
+
+
+def rllib_actor(checkpoint: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """What RLlib's env runner sends to the env with explore=False, computed with
+    RLlib's own pieces: forward_inference, the inference distribution made
+    deterministic, and `unsquash_action` / `clip_action` for Box actions."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+
+    info = read_checkpoint(checkpoint)
+    module = load_module(info)
+    dist_class = module.get_inference_action_dist_cls()
+    box = isinstance(module.action_space, gym.spaces.Box)
+
+    def act(observations: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = module.forward_inference({Columns.OBS: torch.from_numpy(observations)})
+            if Columns.ACTIONS in out:
+                actions = out[Columns.ACTIONS].numpy()
+            else:
+                dist = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
+                actions = dist.to_deterministic().sample().numpy()
+        if box and info.normalize_actions:
+            return np.asarray(unsquash_action(actions, module.action_space))
+        if box and info.clip_actions:
+            return np.asarray(clip_action(actions, module.action_space))
+        return np.asarray(actions)
+
+    return act

@@ -1,0 +1,263 @@
+"""A real two-node Ray cluster on this machine: `workbench plan --address` reads it and
+`workbench run --address` trains a small population on it, with SPREAD putting each
+trial's env runners on both nodes (read from the actors' node ids in Ray's actor table).
+
+The nodes are two `ray start` processes on loopback, told apart by a custom resource
+(node_a on the head, node_b on the worker) and their CPU counts. Every port is chosen
+here and the cluster's temp dir is the test's own, so other Ray instances on the machine
+are not touched; the fixture kills exactly the processes it started (and their children)
+and checks that none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+# The actor table (Ray's GCS; the state API would need the dashboard, which a minimal
+# Ray lacks): for each trial's algorithm actor, the custom resource of the node each
+# actor it owns (its env runners) runs on.
+ACTORS_BY_TRIAL = """
+import json, sys
+import ray
+from ray._private import state
+ray.init(address=sys.argv[1], log_to_driver=False)
+label = {n["NodeID"]: next(k for k in n["Resources"] if k.startswith("node_"))
+         for n in ray.nodes()}
+actors = state.actors().values()
+where = lambda address: (address["IPAddress"], address["Port"])
+by_address = {where(a["Address"]): a for a in actors}
+trials = {}
+for actor in actors:
+    owner = by_address.get(where(actor["OwnerAddress"]))
+    if owner is not None and owner["ActorClassName"] == sys.argv[2]:
+        trials.setdefault(owner["ActorID"], []).append(
+            [actor["ActorClassName"], label[actor["Address"]["NodeID"]]])
+print(json.dumps(trials))
+"""
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, parent pid, process group), from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+    return table
+
+
+def _ours(groups: set[int]) -> set[int]:
+    """Live processes in these process groups, and all their descendants."""
+    table = _processes()
+    found = {pid for pid, (_, _, group) in table.items() if group in groups}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (_, parent, _) in table.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return {pid for pid in found if pid in table and table[pid][0] != "Z"}
+
+
+class TwoNodes:
+    def __init__(self, temp_dir: Path) -> None:
+        self.temp_dir = temp_dir
+        # The head switches token auth on by itself when ~/.ray/auth_token exists and a
+        # joining worker does not: say it for both (loopback only).
+        self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.groups: set[int] = set()
+        self.seen: set[int] = set()
+        ports = _free_ports(14)
+        self.address = f"127.0.0.1:{ports[0]}"
+        common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        self.head = [
+            "--head",
+            f"--port={ports[0]}",
+            "--num-cpus=2",
+            '--resources={"node_a": 1}',
+            f"--temp-dir={temp_dir}",
+            "--include-dashboard=false",
+            f"--dashboard-port={ports[1]}",
+            *self._node_ports(ports[2:8]),
+            *common,
+        ]
+        self.worker = [
+            f"--address={self.address}",
+            "--num-cpus=3",
+            '--resources={"node_b": 1}',
+            *self._node_ports(ports[8:14]),
+            *common,
+        ]
+
+    @staticmethod
+    def _node_ports(ports: list[int]) -> list[str]:
+        names = (
+            "node-manager-port",
+            "object-manager-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+        )
+        return [f"--{name}={port}" for name, port in zip(names, ports, strict=True)]
+
+    def start(self, args: list[str]) -> None:
+        # Its own session: the daemons `ray start` leaves behind keep this process group.
+        starter = subprocess.Popen(
+            [str(BIN / "ray"), "start", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.groups.add(starter.pid)
+        out, _ = starter.communicate(timeout=120)
+        assert starter.returncode == 0, out[-3000:]
+        self.seen |= _ours(self.groups)
+
+    def stop(self) -> list[int]:
+        """Stops every process of the cluster; returns those still alive (none, we hope)."""
+        # Now, while the raylets live: the trial workers they started are their children.
+        self.seen |= _ours(self.groups)
+        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            for pid in self.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return sorted(self.alive())
+
+    def alive(self) -> set[int]:
+        table = _processes()
+        pids = {p for p in self.seen if p in table and table[p][0] != "Z"}
+        return pids | _ours(self.groups)
+
+
+@pytest.fixture
+def two_nodes() -> Iterator[TwoNodes]:
+    # A short path: Ray's Unix sockets live under the temp dir (107 characters at most).
+    temp_dir = Path(tempfile.mkdtemp(prefix="wbray-", dir="/tmp"))
+    cluster = TwoNodes(temp_dir)
+    try:
+        cluster.start(cluster.head)
+        cluster.start(cluster.worker)
+        yield cluster
+    finally:
+        left = cluster.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, f"processes of the test cluster left running: {sorted(left)}"
+
+
+def _experiment(tmp_path: Path) -> Path:
+    data: dict[str, Any] = {
+        "name": "two_nodes",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
+        "population": 2,
+        "stop": {"iterations": 2},
+        "checkpoint": {"frequency": 1, "keep": 3},
+        "tracking": {"enabled": False},
+        # Bundles: the main process CPU 0.5 and two runners of CPU 1. SPREAD puts the
+        # largest bundles on different nodes first: one runner on each.
+        "resources": {
+            "cpus_main": 0.5,
+            "cpus_per_learner": 0.5,
+            "env_runners": {"count": 2, "cpus_each": 1, "envs_per_runner": 4},
+            "placement_strategy": "SPREAD",
+        },
+        "storage": str(tmp_path / "results"),
+    }
+    path = tmp_path / "two_nodes.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    file = _experiment(tmp_path)
+    env = two_nodes.env
+
+    planned = subprocess.run(
+        [str(BIN / "workbench"), "plan", str(file), "--address", two_nodes.address, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    plan = json.loads(planned.stdout)
+    assert sorted(n["resources"].get("CPU") for n in plan["cluster"]["nodes"]) == [2.0, 3.0]
+    assert plan["strategy"] == "SPREAD" and plan["per_trial"] == {"CPU": 2.5}
+    assert (plan["concurrent"], plan["waves"]) == (2, 1)
+
+    done = subprocess.run(
+        [str(BIN / "workbench"), "run", str(file), "--address", two_nodes.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Experiment two_nodes: 2 trials, 0 errored" in done.stdout
+    assert "Plan: one trial = CPU 2.5 (3 bundles, SPREAD); 2 of 2 trials at once" in done.stdout
+    # Both nodes are this machine: the pre-flight saw them share the results folder.
+    assert "is not shared" not in done.stderr
+
+    actors = subprocess.run(
+        [sys.executable, "-c", ACTORS_BY_TRIAL, two_nodes.address, "PPO"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert actors.returncode == 0, actors.stderr[-3000:]
+    trials = json.loads(actors.stdout.strip().splitlines()[-1])
+    assert len(trials) == 2, trials
+    for owned in trials.values():
+        runner_nodes = [node for cls, node in owned if cls.endswith("EnvRunner")]
+        assert sorted(runner_nodes) == ["node_a", "node_b"], owned

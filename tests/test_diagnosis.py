@@ -1,0 +1,609 @@
+"""Bottleneck diagnosis: the time split of an iteration, the verdict, the arithmetic.
+
+Results are built with RLlib's own EMA class (`EmaStats`, the one behind every
+``timers/*`` value) fed known durations, so the tests show that the split recovers each
+iteration's seconds exactly, where a plain EMA / time_this_iter_s would not. The slow
+tests run real populations and `workbench diagnose` on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ray.rllib.algorithms.appo import APPOConfig
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.utils.metrics.stats.ema import EmaStats
+
+from workbench import diagnosis
+from workbench.cli import main
+from workbench.diagnosis import TimeSplit, TrialFacts, diagnose, iteration_split, recover_timer
+from workbench.rllib_callbacks import WorkbenchCallbacks
+
+WORKBENCH = str(Path(sys.executable).parent / "workbench")
+SYNC = TrialFacts(asynchronous=False, env_runners=0)
+
+
+class FakeTrial:
+    """RLlib's bookkeeping of one trial: EMA timers and lifetime counters, as its
+    MetricsLogger keeps them, turned into flattened results."""
+
+    def __init__(self, facts: TrialFacts = SYNC) -> None:
+        self.facts = facts
+        self.timers: dict[str, EmaStats] = {}
+        self.counters: dict[str, float] = {}
+
+    def push(self, key: str, seconds: float) -> None:
+        self.timers.setdefault(key, EmaStats()).push(seconds)
+
+    def count(self, key: str, steps: float) -> None:
+        self.counters[key] = self.counters.get(key, 0.0) + steps
+
+    def peek(self, key: tuple[str, ...], default: float = math.nan) -> float:
+        """MetricsLogger.peek, for the callback's snapshot."""
+        joined = "/".join(key)
+        if joined in self.timers:
+            return float(self.timers[joined].peek())
+        return self.counters.get(joined, default)
+
+    def iteration(
+        self,
+        sampling: float,
+        learner: float,
+        sync: float,
+        rest: float = 0.0,
+        steps: int = 1000,
+        calls: int = 1,
+        **extra: float,
+    ) -> dict[str, Any]:
+        """One train() with these seconds (split evenly over `calls` training steps)."""
+        sample_key = diagnosis.ASYNC_SAMPLE_TIMER if self.facts.asynchronous else None
+        for _ in range(calls):
+            self.push(sample_key or diagnosis.SAMPLING_TIMER, sampling / calls)
+            self.push(diagnosis.LEARNER_TIMER, learner / calls)
+            self.push(diagnosis.SYNC_TIMER, sync / calls)
+        self.count(diagnosis.SAMPLED, steps)
+        flat: dict[str, Any] = {
+            diagnosis.ITERATION: sampling + learner + sync + rest,
+            diagnosis.CALLS: calls,
+            **{k: float(s.peek()) for k, s in self.timers.items()},
+            **self.counters,
+            **extra,
+        }
+        return flat
+
+
+def run_iterations(trial: FakeTrial, rows: list[dict[str, float]]) -> list[TimeSplit]:
+    """Each row through the split, the previous result's snapshot as 'before'."""
+    before: dict[str, float] = {}
+    out = []
+    for row in rows:
+        flat = trial.iteration(**row)
+        out.append(iteration_split(flat, before, trial.facts))
+        before = {**before, **diagnosis.snapshot(flat)}
+    return out
+
+
+# --- recovering seconds from RLlib's EMA timers ------------------------------------------------
+
+
+def test_recovering_rllibs_ema_gives_each_iterations_own_seconds() -> None:
+    durations = [9.0, 0.5, 0.7, 0.4, 2.5, 0.6]  # a slow first iteration, then fast ones
+    ema = EmaStats()
+    before = math.nan
+    for seconds in durations:
+        ema.push(seconds)
+        now = float(ema.peek())
+        recovered, exact = recover_timer(now, before, calls=1)
+        assert recovered == pytest.approx(seconds, rel=1e-9) and exact
+        before = now
+    # The trap the recovery avoids: after the slow start the EMA is still about 9 s
+    # while the last iteration took 0.6 s (an "EMA / time_this_iter_s" of 14).
+    assert float(ema.peek()) / durations[-1] > 10
+
+
+def test_several_training_steps_per_iteration_recover_their_sum() -> None:
+    ema = EmaStats()
+    ema.push(1.0)
+    before = float(ema.peek())
+    for _ in range(4):  # four training_step calls of 0.25 s in one iteration
+        ema.push(0.25)
+    recovered, exact = recover_timer(float(ema.peek()), before, calls=4)
+    assert recovered == pytest.approx(1.0, rel=1e-9)
+    assert not exact  # exact only when the calls were equal, which it cannot know
+    steady = float(ema.peek())  # a call as long as the average leaves the EMA as it was
+    assert recover_timer(steady, steady, calls=1) == (pytest.approx(steady), True)
+    assert recover_timer(math.nan, before, calls=1) == (0.0, True)  # timer never ran
+
+
+def test_a_restored_checkpoint_continues_from_the_donors_ema() -> None:
+    donor = FakeTrial()
+    rows = [{"sampling": s, "learner": 0.3, "sync": 0.01} for s in (2.0, 0.5, 0.6)]
+    run_iterations(donor, rows)
+    # The clone's MetricsLogger holds the donor's EMAs (RLlib checkpoints them); the
+    # callback reads them in on_checkpoint_loaded, like this:
+    restored = {
+        key: donor.peek(tuple(key.split("/")))
+        for key in diagnosis.TRACKED
+        if not math.isnan(donor.peek(tuple(key.split("/"))))
+    }
+    flat = donor.iteration(sampling=0.8, learner=0.25, sync=0.01)
+    split = iteration_split(flat, restored, SYNC)
+    assert split.sampling_s == pytest.approx(0.8) and split.learner_s == pytest.approx(0.25)
+    assert split.env_steps_sampled == 1000 and split.exact_iterations == 1
+
+
+# --- verdicts and their arithmetic -------------------------------------------------------------
+
+
+def test_sampling_bound_recommends_runners_with_the_arithmetic() -> None:
+    (split,) = run_iterations(FakeTrial(), [{"sampling": 0.75, "learner": 0.2, "sync": 0.05}])
+    assert split.verdict == "sampling-bound"
+    assert split.sampling_fraction == pytest.approx(0.75)
+    assert split.sampled_per_s_per_runner == pytest.approx(1000 / 0.75)  # one sampler
+    assert split.trained_per_s == pytest.approx(1000 / 0.2)  # the learner's consumption
+    assert split.runners_needed == pytest.approx(3.75)  # 5000 / 1333.3
+    assert split.serial_fraction == pytest.approx(0.25)
+    assert split.amdahl_max_speedup == pytest.approx(4.0)
+    assert split.speedup_with(4) == pytest.approx(1 / (0.25 + 0.75 / 4))
+    text = "\n".join(diagnose("Trial PPO_00000", split).lines())
+    assert "Trial PPO_00000: sampling-bound" in text
+    assert "runners needed to keep the learner busy = 5,000 / 1,333 = 3.75: about 4" in text
+    assert "2.29x faster" in text and "1 / 0.25 = 4.00x" in text
+
+
+def test_remote_runners_divide_the_sampling_rate() -> None:
+    trial = FakeTrial(TrialFacts(asynchronous=False, env_runners=4))
+    (split,) = run_iterations(trial, [{"sampling": 0.5, "learner": 0.4, "sync": 0.1}])
+    assert split.sampled_per_s_per_runner == pytest.approx(1000 / (0.5 * 4))
+    assert split.runners_needed == pytest.approx(5.0)  # 4 runners x 0.5 s / 0.4 s
+    assert split.verdict == "sampling-bound"
+    assert split.speedup_with(5) == pytest.approx(1 / (0.5 + 0.5 * 4 / 5))
+
+
+def test_learner_bound() -> None:
+    (split,) = run_iterations(
+        FakeTrial(), [{"sampling": 0.2, "learner": 0.7, "sync": 0.02, "rest": 0.08}]
+    )
+    assert split.verdict == "learner-bound"
+    assert split.runners_needed == pytest.approx(0.2 / 0.7)
+    assert split.amdahl_max_speedup == pytest.approx(1 / 0.8)
+    text = "\n".join(diagnose("t", split).lines())
+    assert "the learner is the limit" in text and "1 / 0.80 = 1.25x" in text
+
+
+def test_sync_bound() -> None:
+    (split,) = run_iterations(
+        FakeTrial(), [{"sampling": 0.3, "learner": 0.3, "sync": 0.35, "rest": 0.05}]
+    )
+    assert split.verdict == "sync-bound"
+    assert "weight sync takes 35%" in "\n".join(diagnose("t", split).lines())
+
+
+def test_balanced_and_the_rest_outside_the_timers() -> None:
+    (split,) = run_iterations(
+        FakeTrial(), [{"sampling": 0.45, "learner": 0.45, "sync": 0.02, "rest": 0.08}]
+    )
+    assert split.verdict == "balanced"
+    assert split.rest_fraction == pytest.approx(0.08)
+    (idle,) = run_iterations(
+        FakeTrial(), [{"sampling": 0.1, "learner": 0.2, "sync": 0.0, "rest": 0.7}]
+    )
+    assert idle.verdict == "balanced"
+    assert "70% of the iteration is outside the three timers" in "\n".join(
+        diagnose("t", idle).lines()
+    )
+
+
+def _async_iteration(trial: FakeTrial, update: float, wait: float, **counts: float) -> dict:
+    trial.push(diagnosis.THREAD_UPDATE, update)
+    trial.push(diagnosis.THREAD_WAIT, wait)
+    for key, steps in counts.items():
+        trial.count(key, steps)
+    return trial.iteration(sampling=0.001, learner=0.001, sync=0.002, rest=0.996, steps=1000)
+
+
+def test_async_learner_bound_reports_the_policy_lag() -> None:
+    trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=2))
+    lag = "learners/default_policy/diff_num_grad_updates_vs_sampler_policy"
+    splits = []
+    before: dict[str, float] = {}
+    for value in (5.0, 9.0):
+        flat = _async_iteration(
+            trial, update=0.5, wait=0.02, **{diagnosis.TRAINED: 900, diagnosis.DROPPED: 100}
+        )
+        flat[lag] = value
+        splits.append(iteration_split(flat, before, trial.facts))
+        before = {**before, **diagnosis.snapshot(flat)}
+    split = diagnosis.total(splits)
+    assert split.verdict == "learner-bound"
+    assert split.learner_busy_fraction == pytest.approx(0.5 / 0.52)
+    assert split.env_steps_dropped == 200
+    assert split.policy_lag_updates == pytest.approx(7.0) and split.lag_updates_max == 9.0
+    text = "\n".join(diagnose("t", split).lines())
+    assert "policy lag: 7.00 gradient updates on average (max 9)" in text
+    assert "200 env steps dropped" in text and "more runners only add policy lag" in text
+
+
+def test_async_sampling_bound_counts_the_runners_that_would_feed_the_learner() -> None:
+    trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=2))
+    flat = _async_iteration(trial, update=0.1, wait=0.9, **{diagnosis.TRAINED: 1000})
+    split = iteration_split(flat, {}, trial.facts)
+    assert split.verdict == "sampling-bound"
+    assert split.learner_busy_fraction == pytest.approx(0.1)
+    # The learner takes 1000 steps in 0.1 s of work: 10,000/s; each of the 2 runners
+    # samples 500/s over the 1 s iteration: 20 runners would keep it busy.
+    assert split.trained_per_s == pytest.approx(10_000)
+    assert split.sampled_per_s_per_runner == pytest.approx(500)
+    assert split.runners_needed == pytest.approx(20)
+    assert "= 10,000 / 500 = 20.00: about 20 (now 2)" in "\n".join(diagnose("t", split).lines())
+
+
+def test_no_figures_is_unknown_not_a_guess() -> None:
+    assert TimeSplit().verdict == "unknown"
+    trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=1))
+    flat = trial.iteration(sampling=0.0, learner=0.0, sync=0.0, rest=1.0)
+    assert iteration_split(flat, {}, trial.facts).verdict == "unknown"  # no learner timers
+    assert diagnose("t", TimeSplit()).lines() == [
+        "t: unknown (0 iterations)",
+        "  no iteration with timing figures yet",
+    ]
+
+
+def test_a_trial_leaves_its_warm_up_out_and_a_population_sums_its_trials() -> None:
+    a = run_iterations(FakeTrial(), [{"sampling": 5.0, "learner": 5.0, "sync": 0.0}] * 1)
+    a += run_iterations(FakeTrial(), [{"sampling": 0.8, "learner": 0.2, "sync": 0.0}] * 3)
+    used, left_out = diagnosis.steady(a)
+    assert left_out == 1 and len(used) == 3
+    b = run_iterations(FakeTrial(), [{"sampling": 0.1, "learner": 0.9, "sync": 0.0}] * 2)
+    population = diagnosis.total([*used, *b])
+    assert population.iterations == 5
+    assert population.sampling_s == pytest.approx(3 * 0.8 + 2 * 0.1)
+    assert population.sampling_fraction == pytest.approx(2.6 / 5.0)
+
+
+def test_metrics_round_trip_through_their_mlflow_names() -> None:
+    trial = FakeTrial(TrialFacts(asynchronous=False, env_runners=3))
+    (split,) = run_iterations(trial, [{"sampling": 0.4, "learner": 0.5, "sync": 0.05}])
+    back = TimeSplit.from_metrics(split.metrics())
+    for name in ("sampling_s", "learner_s", "sync_s", "runner_s", "iteration_s"):
+        assert getattr(back, name) == pytest.approx(getattr(split, name))
+    assert back.env_runners == 3 and back.verdict == split.verdict
+    assert split.metrics()["verdict"] == diagnosis.VERDICTS.index("learner-bound")
+
+
+# --- the callback adds the split to every result -----------------------------------------------
+
+
+@dataclass
+class TuneTrial:
+    """What the MLflow tracker reads of a Tune trial."""
+
+    trial_id: str
+    config: dict[str, Any]
+    trainable_name: str = "PPO"
+    status: str = "RUNNING"
+    error_file: str | None = None
+    last_result: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeAlgorithm:
+    def __init__(self, config: Any, trial: FakeTrial) -> None:
+        self.config = config
+        self.metrics = trial
+
+
+@pytest.mark.parametrize(("config", "asynchronous"), [(PPOConfig(), False), (APPOConfig(), True)])
+def test_the_callback_adds_the_split_to_each_result(config: Any, asynchronous: bool) -> None:
+    config.env_runners(num_env_runners=0)
+    trial = FakeTrial(TrialFacts(asynchronous=asynchronous, env_runners=0))
+    algorithm = FakeAlgorithm(config, trial)
+    callbacks = WorkbenchCallbacks()
+    callbacks.on_algorithm_init(algorithm=algorithm)
+    seconds = []
+    for sampling in (3.0, 0.4, 0.5):
+        flat = trial.iteration(sampling=sampling, learner=0.3, sync=0.01)
+        result: dict[str, Any] = {}
+        for key, value in flat.items():  # back to RLlib's nesting
+            *path, leaf = key.split("/")
+            node = result
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        callbacks.on_train_result(algorithm=algorithm, result=result)
+        seconds.append(result["workbench"]["sampling_s"])
+        assert result["workbench"]["asynchronous"] == float(asynchronous)
+    assert seconds == pytest.approx([3.0, 0.4, 0.5])
+
+
+# --- the PNG and the CLI -----------------------------------------------------------------------
+
+
+def test_the_time_split_png(tmp_path: Path) -> None:
+    from workbench.plots import _time_split_figure, time_split
+
+    shares = {
+        "PPO_00000": [(1.0, 0.7, 0.2, 0.05, 0.05), (2.0, 0.6, 0.3, 0.05, 0.05)],
+        "PPO_00001": [(1.0, 0.1, 0.8, 0.05, 0.05)],
+        "PPO_00002": [],
+    }
+    figure = _time_split_figure(shares, title="t", subtitles={"PPO_00000": "sampling-bound"})
+    titles = [ax.get_title() for ax in figure.axes if ax.get_visible()]
+    assert titles == ["PPO_00000: sampling-bound", "PPO_00001"]
+    path = time_split(shares, tmp_path / "split.png", title="t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _store_with_a_population(tmp_path: Path) -> str:
+    """A store written by the real tracker from results the callback completed."""
+    from workbench.tracking import MlflowTracker, TrackingTarget
+
+    target = TrackingTarget(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        experiment="exp",
+        population="pop",
+        key=str(tmp_path / "pop"),
+        results_dir=tmp_path / "pop",
+        artifact_root=tmp_path / "mlartifacts",
+        hyperparameters={"lr": "lr"},
+    )
+    tracker = MlflowTracker(target)
+    tracker.setup()
+    trials = [TuneTrial(f"abc_{i:05d}", {"lr": 0.001}) for i in range(2)]
+    shapes = [(0.75, 0.2), (0.1, 0.8)]  # PPO_00000 sampling-bound, PPO_00001 learner-bound
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for trial, (sampling, learner) in zip(trials, shapes, strict=True):
+        fake = FakeTrial()
+        algorithm = FakeAlgorithm(PPOConfig().env_runners(num_env_runners=0), fake)
+        callbacks = WorkbenchCallbacks()
+        callbacks.on_algorithm_init(algorithm=algorithm)
+        for it in range(1, 5):
+            flat = fake.iteration(sampling=sampling, learner=learner, sync=0.05)
+            result = {"training_iteration": it, "timers": {}, "config": {"lr": 0.001}}
+            result.update({k: v for k, v in flat.items() if "/" not in k})
+            result["timers"] = {k.split("/")[1]: v for k, v in flat.items() if "timers/" in k}
+            result["env_runners"] = {"num_env_steps_sampled_lifetime": 1000.0 * it}
+            callbacks.on_train_result(algorithm=algorithm, result=result)
+            tracker.on_trial_result(it, trials, trial, result)
+    assert tracker.writer.flush(30)
+    for trial in trials:
+        trial.status = "TERMINATED"
+        tracker.on_trial_complete(0, trials, trial)
+    tracker.on_experiment_end(trials)
+    return target.uri
+
+
+def test_diagnose_reads_the_store_and_says_the_verdicts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = _store_with_a_population(tmp_path)
+    png = tmp_path / "split.png"
+    assert main(["diagnose", "pop", "--store", uri, "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "Trial PPO_00000: sampling-bound (3 iterations, the first left out (warm-up))" in out
+    assert "Trial PPO_00001: learner-bound" in out
+    assert "Population pop (2 trials together)" in out
+    assert "-> add env runners: runners needed to keep the learner busy = 5,000 / 1,333" in out
+    assert png.is_file()
+
+    assert main(["diagnose", "PPO_00001", "--store", uri, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (trial,) = data["trials"]
+    assert trial["label"] == "Trial PPO_00001" and trial["verdict"] == "learner-bound"
+    assert trial["figures"]["learner_fraction"] == pytest.approx(0.8 / 0.95)
+    assert data["population_diagnosis"] is None
+
+    assert main(["diagnose", "nothing-like-it", "--store", uri]) == 2
+    assert "is neither a results folder, a population" in capsys.readouterr().err
+
+
+def test_timeline_says_when_nothing_is_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "results" / "pop"
+    folder.mkdir(parents=True)
+    (folder / "workbench_experiment.yaml").write_text("name: pop\n")
+    args = ["diagnose", str(folder), "--timeline", str(tmp_path / "t.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--timeline: nothing is running: no ray_session.json here" in err
+
+    dead = 2**22 + 12345  # above the default pid_max: never a live process
+    (folder / "ray_session.json").write_text(
+        json.dumps({"driver_pid": dead, "session_dir": str(tmp_path / "session")})
+    )
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"the population's driver (pid {dead}) has exited" in err
+    assert f"workbench resume {folder}" in err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_run_dashboard_without_its_packages_says_how_to_get_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workbench.launch import dashboard_missing
+
+    missing = dashboard_missing()
+    if missing is None:
+        pytest.skip("ray[default] is installed here: the dashboard would start")
+    experiment = tmp_path / "x.yaml"
+    experiment.write_text(
+        yaml.safe_dump(
+            {
+                "name": "x",
+                "algorithm": "PPO",
+                "env": {"id": "sim_ext/CartPole-v1"},
+                "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
+                "stop": {"iterations": 1},
+                "storage": str(tmp_path / "results"),
+            }
+        )
+    )
+    assert main(["run", str(experiment), "--dashboard"]) == 2
+    err = capsys.readouterr().err
+    assert "--dashboard: Ray's dashboard needs the packages of ray[default]" in err
+    assert "pip install -e '.[dashboard]'" in err
+    assert not (tmp_path / "results").exists()  # refused before anything started
+
+
+# --- real populations --------------------------------------------------------------------------
+
+
+def _tiny(tmp_path: Path, **fields: Any) -> Path:
+    data = {
+        "name": "diag",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": {"train_batch_size_per_learner": 1000, "minibatch_size": 1000},
+        "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
+        "scheduler": {"type": "fifo"},
+        "population": 1,
+        "stop": {"iterations": 4},
+        "checkpoint": {"frequency": 100, "at_end": False},
+        "evaluation": {"at_end": "none"},
+        "resources": {
+            "cpus_main": 1,
+            "cpus_per_learner": 1,
+            "env_runners": {"count": 0, "envs_per_runner": 16},
+        },
+        "storage": str(tmp_path / "results"),
+        **fields,
+    }
+    path = tmp_path / "diag.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.slow
+def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two trials of one population: a 100,000-substep CartPole (about 0.1 s of physics
+    per 1000 env steps) learned in one pass, and the same learned in 30 epochs."""
+    from workbench.inspection import client_for, find_population
+    from workbench.launch import run
+    from workbench.resolve import load_and_resolve
+
+    experiment = _tiny(
+        tmp_path,
+        env={"id": "sim_ext/CartPole-v1", "config": {"substeps": 100_000}},
+        search_space={"params": {"num_epochs": {"grid": [1, 30]}}},
+        search={"type": "grid"},
+    )
+    summary = run(load_and_resolve(experiment), progress_interval_s=1e9)
+    assert summary.errors == 0 and len(summary.trials) == 2
+    capsys.readouterr()
+
+    client = client_for(summary.tracking_uri or "")
+    pop = find_population(client, "diag", summary.tracking_uri or "")
+    for trial in pop.trials:
+        for name in ("sampling_fraction", "learner_fraction", "sync_fraction", "verdict"):
+            assert f"workbench/{name}" in trial.metrics, (trial.name, sorted(trial.metrics))
+
+    assert main(["diagnose", str(summary.results_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    verdicts = {}
+    for trial in data["trials"]:
+        f = trial["figures"]
+        shares = (f["sampling_fraction"], f["learner_fraction"], f.get("sync_fraction", 0))
+        assert sum(shares) <= 1.0 + 1e-6
+        expected = (
+            "sampling-bound"
+            if shares[0] >= diagnosis.BOUND
+            else "learner-bound"
+            if shares[1] >= diagnosis.BOUND
+            else trial["verdict"]
+        )
+        assert trial["verdict"] == expected, trial  # consistent with its own numbers
+        assert f["runners_needed"] == pytest.approx(
+            f["env_steps_trained_per_s"] / f["env_steps_sampled_per_s_per_runner"]
+        )
+        verdicts[trial["label"]] = (trial["verdict"], shares)
+    # PPO_00000 is num_epochs 1, PPO_00001 num_epochs 30 (the grid's order).
+    assert verdicts["Trial PPO_00000"][0] == "sampling-bound", verdicts
+    assert verdicts["Trial PPO_00001"][0] == "learner-bound", verdicts
+    text_run = subprocess.run(
+        [WORKBENCH, "diagnose", str(summary.results_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "Trial PPO_00000: sampling-bound" in text_run.stdout
+    assert "-> add env runners" in text_run.stdout
+
+
+@pytest.mark.slow
+def test_timeline_of_a_running_population(tmp_path: Path) -> None:
+    experiment = _tiny(
+        tmp_path, stop={"iterations": 1000, "wall_time_s": 90}, name="live", population=1
+    )
+    folder = tmp_path / "results" / "live"
+    log = tmp_path / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [WORKBENCH, "run", str(experiment)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until the trial has reported (its run has a result in MLflow).
+        while time.monotonic() < deadline:
+            if (
+                list(folder.glob("PPO_00000/result.json"))
+                and (folder / "PPO_00000" / "result.json").stat().st_size
+            ):
+                break
+            assert driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(1)
+        trace = tmp_path / "timeline.json"
+        done = subprocess.run(
+            [
+                WORKBENCH,
+                "diagnose",
+                str(folder),
+                *("--timeline", str(trace)),
+                "--timeline-seconds",
+                "3",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"written to {trace}" in done.stdout
+        events = json.loads(trace.read_text())
+        names = {e.get("name", "") for e in events if e.get("ph") != "M"}
+        assert any("train" in name for name in names), sorted(names)[:20]
+    finally:
+        if driver.poll() is None:
+            os.kill(driver.pid, signal.SIGINT)  # as Ctrl-C: Tune saves, Ray shuts down
+            try:
+                driver.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(30)
+    # The driver is gone: the same command now says so.
+    after = subprocess.run(
+        [WORKBENCH, "diagnose", str(folder), "--timeline", str(tmp_path / "late.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert after.returncode == 2 and "nothing is running" in after.stderr

@@ -1,0 +1,278 @@
+"""Placement groups on a real local Ray with fake GPUs: what a trial's group holds, where
+its learner and runners land, and that as many trials run at once as `plan` said.
+
+Ray schedules fake GPUs (``ray.init(num_gpus=1)`` on a machine without one) like real
+ones. RLlib's fake-GPU setting (``config.resources(_fake_gpus=True)``) only reaches the
+old API stack in 2.60, so the learner here is told what it would be told on a GPU node
+(Ray hands it GPU 0) and then trains on the CPU: a learner class that pins the torch
+device, and an algorithm class whose learner group uses gloo instead of NCCL.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import yaml
+
+from workbench.errors import ExperimentError
+from workbench.launch import run
+from workbench.plan import make_plan
+from workbench.resolve import load_and_resolve
+from workbench.resources import live_cluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fake_gpu_ray() -> Iterator[None]:
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def fake_gpu_trials(record: Path) -> Callable[[Any], Any]:
+    """``configure`` for launch.run: fake-GPU learners, and a record (one JSON line per
+    trial) of where the trial's actors really run, written from inside the trial.
+
+    The classes are made here, so Ray ships them by value to the trial processes."""
+    from ray.rllib.algorithms.ppo import PPO
+    from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+
+    from workbench.rllib_callbacks import WorkbenchCallbacks
+
+    class FakeGpuPPO(PPO):  # type: ignore[misc]
+        def setup(self, config: Any) -> None:
+            from ray.rllib.core.learner import learner_group
+
+            nccl_backend = learner_group._get_backend_config
+
+            def gloo_backend(learner_class: Any) -> Any:
+                backend = nccl_backend(learner_class)
+                backend.backend = "gloo"  # a CPU torch has no NCCL
+                return backend
+
+            learner_group._get_backend_config = gloo_backend
+            super().setup(config)
+
+    class CpuOnFakeGpuLearner(PPOTorchLearner):  # type: ignore[misc]
+        def build(self) -> None:
+            import ray.rllib.core.learner.torch.torch_learner as torch_learner
+            import torch
+
+            torch_learner.get_device = lambda *args, **kwargs: torch.device("cpu")
+            super().build()
+
+    class WhereTheyRun(WorkbenchCallbacks):
+        path = str(record)
+
+        def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+            super().on_algorithm_init(algorithm=algorithm, **kwargs)
+
+            def runner_node(runner: Any) -> str:
+                return str(ray.get_runtime_context().get_node_id())
+
+            def learner_info(learner: Any) -> dict[str, Any]:
+                group = ray.util.get_current_placement_group()
+                return {
+                    "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                    "assigned": ray.get_runtime_context().get_assigned_resources(),
+                    "placement_group": group.id.hex() if group else None,
+                    "device": str(learner._device),
+                }
+
+            learners = algorithm.learner_group.foreach_learner(learner_info)
+            line = {
+                "placement_group": ray.util.get_current_placement_group().id.hex(),
+                "main_node": ray.get_runtime_context().get_node_id(),
+                "runner_nodes": algorithm.env_runner_group.foreach_env_runner(
+                    runner_node, local_env_runner=False
+                ),
+                "learners": [getattr(r, "get", lambda r=r: r)() for r in learners],
+            }
+            with open(self.path, "a") as out:
+                out.write(json.dumps(line) + "\n")
+
+    def configure(config: Any) -> Any:
+        config = config.learners(learner_class=CpuOnFakeGpuLearner).callbacks(WhereTheyRun)
+        config.algo_class = FakeGpuPPO
+        return config
+
+    return configure
+
+
+def experiment(tmp_path: Path, resources: dict[str, Any], **top: Any) -> Any:
+    data: dict[str, Any] = {
+        "name": "fake_gpus",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
+        "population": 2,
+        "stop": {"iterations": 1},
+        "checkpoint": {"frequency": 1, "keep": 3, "at_end": False},
+        "tracking": {"enabled": False},
+        "resources": resources,
+        "storage": str(tmp_path / "results"),
+        **top,
+    }
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_and_resolve(path)
+
+
+class PlacementGroupWatch:
+    """Polls Ray's placement group table while a run goes on: which groups exist at once."""
+
+    def __init__(self) -> None:
+        self.bundles: dict[str, dict[int, dict[str, float]]] = {}
+        self.most_at_once = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> PlacementGroupWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            table = ray.util.placement_group_table()
+            created = {k: v for k, v in table.items() if v["state"] == "CREATED"}
+            for key, group in created.items():
+                self.bundles[key] = group["bundles"]
+            self.most_at_once = max(self.most_at_once, len(created))
+            time.sleep(0.1)
+
+
+def _run_and_watch(
+    tmp_path: Path, resources: dict[str, Any]
+) -> tuple[Any, Any, PlacementGroupWatch, list[dict[str, Any]]]:
+    resolved = experiment(tmp_path, resources)
+    record = tmp_path / "where.jsonl"
+    configure = fake_gpu_trials(record)
+    plan = make_plan(resolved, live_cluster(), configure=configure)
+    with PlacementGroupWatch() as watch:
+        summary = run(resolved, configure=configure, progress_interval_s=60)
+    assert summary.errors == 0 and {t.status for t in summary.trials} == {"TERMINATED"}
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    return plan, summary, watch, lines
+
+
+def test_a_gpu_learner_trial_holds_its_gpu_bundle_and_runs_alone_as_planned(
+    tmp_path: Path,
+) -> None:
+    plan, summary, watch, trials = _run_and_watch(
+        tmp_path,
+        {
+            "cpus_main": 1,
+            "num_learners": 1,
+            "gpus_per_learner": 1,
+            "env_runners": {"count": 2, "cpus_each": 1, "envs_per_runner": 4},
+        },
+    )
+    expected = [{"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"GPU": 1.0}]
+    assert [b.resources for b in plan.request.bundles] == expected
+    # 4 CPUs + 1 GPU, a trial takes CPU 3 + GPU 1: one at a time.
+    assert (plan.concurrent, plan.waves) == (1, 2)
+    assert len(trials) == len(summary.trials) == 2
+    assert len(watch.bundles) == 2
+    for bundles in watch.bundles.values():
+        assert [bundles[i] for i in sorted(bundles)] == expected
+    assert watch.most_at_once == plan.concurrent
+    for trial in trials:
+        assert trial["placement_group"] in watch.bundles
+        (learner,) = trial["learners"]
+        # The learner actor runs in the trial's group, on the GPU bundle, given GPU 0.
+        assert learner["placement_group"] == trial["placement_group"]
+        assert learner["assigned"].get("GPU") == 1.0 and learner["gpu_ids"] == ["0"]
+        assert learner["device"] == "cpu"  # the fake: it trains on the CPU
+        assert len(trial["runner_nodes"]) == 2
+
+
+def test_fractional_gpu_learners_share_the_gpu_two_trials_at_once_as_planned(
+    tmp_path: Path,
+) -> None:
+    plan, _, watch, trials = _run_and_watch(
+        tmp_path,
+        {
+            "cpus_main": 1,
+            "num_learners": 1,
+            "gpus_per_learner": 0.5,
+            "env_runners": {"count": 1, "cpus_each": 1, "envs_per_runner": 4},
+        },
+    )
+    assert [b.resources for b in plan.request.bundles] == [
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+        {"GPU": 0.5},
+    ]
+    assert (plan.concurrent, plan.waves) == (2, 1)
+    assert watch.most_at_once == plan.concurrent
+    assert len({t["placement_group"] for t in trials}) == 2
+    for trial in trials:
+        (learner,) = trial["learners"]
+        assert learner["assigned"].get("GPU") == 0.5 and learner["gpu_ids"] == ["0"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "fragments"),
+    [
+        (
+            {"num_learners": 1, "gpus_per_learner": 2, "env_runners": 1},
+            (
+                "resources.gpus_per_learner: one trial can never be placed on the local Ray "
+                "instance [1 node, CPU 4, GPU 1 in total]",
+                "needs GPU 2 and the cluster has 1 in total",
+                "It would fit with resources.gpus_per_learner: 1",
+            ),
+        ),
+        (
+            {
+                "num_learners": 1,
+                "gpus_per_learner": 1,
+                "env_runners": {"count": 4},
+                "placement_strategy": "STRICT_PACK",
+            },
+            ("needs CPU 5 and the cluster has 4 in total", "env_runners.count: 3"),
+        ),
+    ],
+    ids=["more gpus than the cluster", "more cpus than the node"],
+)
+def test_run_refuses_a_trial_that_can_never_fit_before_anything_starts(
+    tmp_path: Path, resources: dict[str, Any], fragments: tuple[str, ...]
+) -> None:
+    resolved = experiment(tmp_path, resources)
+    before = ray.util.placement_group_table()
+    with pytest.raises(ExperimentError) as info:
+        run(resolved)
+    assert info.value.exit_code == 2
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    assert not resolved.results_dir.exists()
+    assert ray.util.placement_group_table() == before  # no trial was even asked for
+
+
+def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
+    resolved = experiment(
+        tmp_path,
+        {"num_learners": 1, "gpus_per_learner": 1, "env_runners": {"count": 2}},
+        training={"train_batch_size_per_learner": 512, "minibatch_size": 128, "num_epochs": 2},
+    )
+    plan = make_plan(resolved, live_cluster(), probe=True)
+    rate = plan.throughput
+    assert rate is not None and rate.measured
+    assert rate.per_runner > 0 and rate.sampling == 2 * rate.per_runner
+    assert rate.learner_low is not None and rate.learner_low == rate.learner_high
+    assert rate.learner_low > 0
+    text = "\n".join(plan.lines())
+    assert "measured by --probe on this machine" in text
+    assert "this machine has no CUDA, so the CPU was measured" in text
