@@ -30,7 +30,29 @@ from workbench.resources import Cluster, Node, fmt
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "kuberay"
-CRDS = ROOT.parent / "shared" / "kuberay-crds"
+
+
+def _crds() -> Path:
+    """KubeRay's CRDs: read-only reference data next to the repository (not copied into it).
+
+    A checkout elsewhere (CI clones) finds them through WORKBENCH_KUBERAY_CRDS or the
+    workspace's shared folder."""
+    candidates = (
+        [Path(p) for p in [os.environ.get("WORKBENCH_KUBERAY_CRDS", "")] if p]
+        + [parent / "shared" / "kuberay-crds" for parent in ROOT.parents]
+        + [Path("/work/shared/kuberay-crds")]
+    )
+    for candidate in candidates:
+        if (candidate / "ray.io_rayjobs.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "KubeRay's CRDs (ray.io_rayjobs.yaml, ray.io_rayclusters.yaml) not found in: "
+        + ", ".join(str(c) for c in candidates)
+        + "; set WORKBENCH_KUBERAY_CRDS to their folder"
+    )
+
+
+CRDS = _crds()
 # The image puts the repository at /app (deploy/kuberay/Dockerfile).
 IMAGE_ROOT = "/app"
 
