@@ -3,8 +3,9 @@ mean return of 475, with the workbench's fast env runner against RLlib's own.
 
 Usage::
 
-    .venv/bin/python benchmarks/time_to_target.py                  # seeds 0,1: about 8 minutes
-    .venv/bin/python benchmarks/time_to_target.py --seeds 0,1,2    # about 12 minutes
+    .venv/bin/python benchmarks/time_to_target.py                  # seeds 0,1: four runs
+    .venv/bin/python benchmarks/time_to_target.py --seeds 0,1,2    # six runs
+    # each run ~1.5-2 min on a quiet 2-core machine (benchmarks/main_job.py), up to 5 loaded
     .venv/bin/python benchmarks/time_to_target.py --quick          # a smoke run (the test)
 
 Method:

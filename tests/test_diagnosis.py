@@ -235,6 +235,22 @@ def test_async_learner_bound_reports_the_policy_lag() -> None:
     assert "200 env steps dropped" in text and "more runners only add policy lag" in text
 
 
+def test_async_main_process_blocked_on_the_learner_is_learner_bound() -> None:
+    """A local learner's queue is bounded: handing it a batch blocks while it works, so
+    the main process's learner-update share is a floor on how busy it is, whatever its
+    thread's lagging EMAs say."""
+    trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=1))
+    trial.push(diagnosis.THREAD_UPDATE, 0.05)
+    trial.push(diagnosis.THREAD_WAIT, 2.0)  # an old wait, still in the EMA
+    trial.count(diagnosis.TRAINED, 2000)
+    flat = trial.iteration(sampling=0.05, learner=0.92, sync=0.01, rest=0.02, steps=2000)
+    split = iteration_split(flat, {}, trial.facts)
+    assert split.learner_busy_fraction == pytest.approx(0.92)
+    assert split.verdict == "learner-bound"
+    # Saturated: it takes in 2000 / 0.92 env steps/s, one runner gives 2000/s.
+    assert split.runners_needed == pytest.approx((2000 / 0.92) / 2000)
+
+
 def test_async_sampling_bound_counts_the_runners_that_would_feed_the_learner() -> None:
     trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=2))
     flat = _async_iteration(trial, update=0.1, wait=0.9, **{diagnosis.TRAINED: 1000})

@@ -19,9 +19,12 @@ restored (a PBT clone), or none (a fresh trial: the first call sets the EMA).
 
 **Asynchronous algorithms** (APPO, IMPALA) sample and learn at the same time: the main
 process's ``timers/sample`` only collects what runners finished, and the learner works in
-its own thread. For them the verdict rests on the learner thread's busy share
-(``learner_thread_update_timer`` against ``learner_thread_in_queue_wait_timer``, both
-RLlib EMAs, lagging as above), on env steps dropped because the learner was full, and
+its own thread. For them the verdict rests on how busy the learner is: at least the share
+of the iteration the main process spent blocked in ``learner_update_timer`` handing it a
+batch (its queue is bounded: a local learner that is still busy makes the caller wait), and
+at least its thread's ``learner_thread_update_timer`` against
+``learner_thread_in_queue_wait_timer`` (both RLlib EMAs, lagging as above); on env steps
+dropped because remote learners were full; and on
 the policy lag: ``learners/<module>/diff_num_grad_updates_vs_sampler_policy``, the learner's
 weights version (``learners/<module>/weights_seq_no``) minus the version each sample was
 stamped with by its env runner (``weights_seq_no``), averaged over the iteration's last
@@ -420,7 +423,12 @@ def iteration_split(
     )
     if facts.asynchronous:
         update, wait = value(THREAD_UPDATE), value(THREAD_WAIT)
-        busy = _ratio(update, update + (wait if _finite(wait) else 0.0))
+        thread_busy = _ratio(update, update + (wait if _finite(wait) else 0.0))
+        # The main process waits in learner_group.update() while a local learner's queue is
+        # full: the learner is busy at least that long (remote learners never block it).
+        blocked = _ratio(learner, iteration_s)
+        known = [b for b in (thread_busy, blocked) if _finite(b) and b > 0]
+        busy = min(1.0, max(known)) if known else math.nan
         split.busy_known = _finite(busy)
         split.learner_busy_s = busy * iteration_s if split.busy_known else 0.0
         split.env_steps_trained = delta(TRAINED)
@@ -479,7 +487,7 @@ def _x(value: float) -> str:
 
 def _runners_now(split: TimeSplit) -> str:
     if split.env_runners == 0:
-        return "now 1: the main process samples (resources.env_runners.count 0)"
+        return "now 1: the main process samples, resources.env_runners.count 0"
     return f"now {split.env_runners}"
 
 
@@ -556,8 +564,9 @@ def diagnose(label: str, split: TimeSplit, left_out: int = 0) -> Diagnosis:
     )
     if s.asynchronous:
         d.evidence.append(
-            f"learner busy {_pct(s.learner_busy_fraction)} of the time (its thread's update "
-            "time against its wait for data: RLlib EMAs, coeff 0.01)"
+            f"learner busy {_pct(s.learner_busy_fraction)} of the time (the larger of the main "
+            "process's time blocked handing it batches and its thread's update time against its "
+            "wait for data, RLlib EMAs with coeff 0.01)"
             + (f"; {_rate(s.env_steps_dropped)} env steps dropped" if s.env_steps_dropped else "")
         )
     if s.lag_iterations and (s.asynchronous or s.policy_lag_updates > 1):

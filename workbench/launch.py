@@ -225,7 +225,12 @@ def start_ray(address: str | None, dashboard: bool = False) -> None:
         )
     if dashboard:
         url = context.dashboard_url
-        print(f"Ray dashboard: http://{url}" if url else "Ray dashboard: the cluster runs none")
+        # Ray 2.60 starts local clusters with token authentication, the dashboard included.
+        token = " (it asks for the token `ray get-auth-token` prints)"
+        token = token if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else ""
+        print(
+            f"Ray dashboard: http://{url}{token}" if url else "Ray dashboard: the cluster runs none"
+        )
 
 
 SESSION_FILE = "ray_session.json"
