@@ -23,14 +23,13 @@ its own thread. For them the verdict rests on how busy the learner is: at least 
 of the iteration the main process spent blocked in ``learner_update_timer`` handing it a
 batch (its queue is bounded: a local learner that is still busy makes the caller wait), and
 at least its thread's ``learner_thread_update_timer`` against
-``learner_thread_in_queue_wait_timer`` (both RLlib EMAs, lagging as above); on env steps
-dropped because remote learners were full; and on
-the policy lag: ``learners/<module>/diff_num_grad_updates_vs_sampler_policy``, the learner's
-weights version (``learners/<module>/weights_seq_no``) minus the version each sample was
-stamped with by its env runner (``weights_seq_no``), averaged over the iteration's last
-batch. (The top-level ``env_runners/weights_seq_no`` is a mean over runners and samples
-reduced differently from the learner's, so their difference is not a lag: it goes
-negative.)
+``learner_thread_in_queue_wait_timer`` (both RLlib EMAs, lagging as above); and on env
+steps dropped because remote learners were full. The diagnosis reports their policy lag:
+``learners/<module>/diff_num_grad_updates_vs_sampler_policy``, the learner's weights
+version (``learners/<module>/weights_seq_no``) minus the version each sample was stamped
+with by its env runner (``weights_seq_no``), averaged over the iteration's last batch.
+(The top-level ``env_runners/weights_seq_no`` is a mean over runners and samples reduced
+differently from the learner's, so their difference is not a lag: it goes negative.)
 """
 
 from __future__ import annotations
