@@ -50,7 +50,7 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
                 "clip_param": {"uniform": [0.1, 0.4]},
             }
         },
-        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.25},
+        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
         "population": 4,
         "stop": {"iterations": 8},
         "checkpoint": {"frequency": 1, "keep": 3},
