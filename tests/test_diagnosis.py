@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from ray.rllib.algorithms.appo import APPOConfig
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.utils.metrics.stats.ema import EmaStats
 
+from tests.test_tracking import FakeTrial as TuneTrial
 from workbench import diagnosis
 from workbench.cli import main
 from workbench.diagnosis import TimeSplit, TrialFacts, diagnose, iteration_split, recover_timer
@@ -299,18 +299,6 @@ def test_metrics_round_trip_through_their_mlflow_names() -> None:
 
 
 # --- the callback adds the split to every result -----------------------------------------------
-
-
-@dataclass
-class TuneTrial:
-    """What the MLflow tracker reads of a Tune trial."""
-
-    trial_id: str
-    config: dict[str, Any]
-    trainable_name: str = "PPO"
-    status: str = "RUNNING"
-    error_file: str | None = None
-    last_result: dict[str, Any] = field(default_factory=dict)
 
 
 class FakeAlgorithm:
