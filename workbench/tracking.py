@@ -14,7 +14,9 @@ second run per trial after a restore. This module does it differently:
 * the step of a run only grows: it is the run's result count, continued from the
   store's last step after a restore, whatever PBT does to ``training_iteration``;
 * exploits are lineage records: appended to ``lineage.jsonl`` (results folder and the
-  parent run's artifacts) and tagged on the child run;
+  parent run's artifacts) and tagged on the child run; a line is appended when its
+  exploit takes effect (the target's next result), so ``seq``, not line order, is
+  the order the scheduler decided them in;
 * when the store does not answer (server down, database locked) writes wait in the
   queue and are retried with back-off; at the end of the run whatever still could
   not be written is spooled to the results folder and written by the next resume.
