@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.stamp
 CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
 
-.PHONY: setup run demo test test-fast test-deps lint format bench clean
+.PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv clean
 
 setup: $(STAMP)/ext
 
@@ -83,6 +83,19 @@ format: setup
 bench: setup
 	$(PIP) install --quiet envpool || echo "envpool did not install; the benchmark runs without it"
 	$(PY) benchmarks/env_throughput.py
+
+# RL Zoo, the reference in benchmarks/time_to_target.py --zoo: its own virtualenv
+# (it pins its own Gymnasium and SB3), with the same CPU torch.
+ZOO_VENV ?= .venv-zoo
+RL_ZOO_SPEC ?= rl_zoo3==2.9.2
+zoo-venv: $(ZOO_VENV)/.stamp
+
+$(ZOO_VENV)/.stamp:
+	$(PYTHON) -m venv $(ZOO_VENV)
+	$(ZOO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(ZOO_VENV)/bin/python -m pip install --quiet $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(ZOO_VENV)/bin/python -m pip install --quiet "$(RL_ZOO_SPEC)" pandas
+	@touch $@
 
 clean:
 	rm -rf build $(VENV)/.stamp

@@ -1,36 +1,50 @@
-"""Time to target: wall time and env steps for the main experiment's population to reach a
-mean return of 475, with the workbench's fast env runner against RLlib's own.
+"""Time to target: wall time and env steps for a population to reach a mean return of 475
+on CartPole, comparing schedulers (PBT, PB2, ASHA+Optuna, random search; with RL Zoo's Optuna
+tuning as the user's alternative) or env runners (the workbench's fast one against RLlib's).
 
 Usage::
 
-    .venv/bin/python benchmarks/time_to_target.py                  # seeds 0,1: four runs
-    .venv/bin/python benchmarks/time_to_target.py --seeds 0,1,2    # six runs
-    # each run ~1.5-2 min on a quiet 2-core machine (benchmarks/main_job.py), up to 5 loaded
+    .venv/bin/python benchmarks/time_to_target.py --compare schedulers --seeds 0,1,2 --zoo
+    .venv/bin/python benchmarks/time_to_target.py --compare runners --seeds 0,1
+    # each run ~1.5-5 min on a 2-core machine; --zoo needs `make zoo-venv`
     .venv/bin/python benchmarks/time_to_target.py --quick          # a smoke run (the test)
 
 Method:
 
-* Each run is one ``workbench run experiments/cartpole_pbt.yaml --set seed=K --set
-  env_runner=fast|rllib`` in a subprocess (Ray's start, the population, Ray's stop), one
-  after the other; per seed both runners, their order alternating from seed to seed (the
-  anchor, RLlib's runner, measured in the same conditions as the case). The population
-  stops once one member reaches 475 (or at its 300 s budget).
+* Each run is one ``workbench run EXPERIMENT --set seed=K ...`` in a subprocess (Ray's start,
+  the population, Ray's stop), one after the other; per seed every arm, their order rotating
+  from seed to seed so no arm always meets the machine first or last. An arm stops at the
+  first row at 475 (``stop.all_at_return``) or at the wall-time budget.
+* Schedulers at equal budget: the same 300 s wall-time budget (Tune's time_budget_s, Ray's
+  start excluded), the same four half-CPU trials at a time on the same two cores, the same
+  PPO, env and target, the same search space (``search_spaces/ppo.yaml``):
+  ``pbt`` is the main experiment (``experiments/cartpole_pbt.yaml``, four trials);
+  ``pb2`` the same with PB2 (its GP needs numeric bounds, so ``minibatch_size``, a choice
+  block, stays at RLlib's default 128); ``asha_optuna`` is ``experiments/cartpole_asha_optuna.yaml``
+  (16 trials suggested by Optuna's TPE, four at a time, ASHA rungs at 4, 8, 16, max 32
+  iterations); ``random`` is the same 16-trial budget as independent random draws run to 32
+  iterations each (no early stopping, no model).
+* ``--zoo`` adds the user's alternative as a reference in the same run, per seed:
+  ``benchmarks/zoo_reference.py`` in ``.venv-zoo`` (RL Zoo's ``rl_zoo3.train -optimize``,
+  16 TPE trials with the median pruner, then SB3 PPO training the best configuration until
+  the last 100 episodes average 475); its time to 475 is the search's wall time plus the
+  training's time to the crossing.
 * Read from the trials' ``result.json`` rows (as `benchmarks/main_job.py` does): the wall
   time of the whole command; the time from launch to the first row at 475 (its timestamp
   minus the command's start); the crossing trial's own ``time_total_s``; the env steps the
   whole population sampled until it stopped (the sum of every row's
-  ``env_runners/num_env_steps_sampled``: the population stops right after the crossing) and
-  the crossing trial's ``num_env_steps_sampled_lifetime`` (its lineage's, a PBT clone carries
-  its donor's counters).
+  ``env_runners/num_env_steps_sampled``) and the crossing trial's
+  ``num_env_steps_sampled_lifetime`` (its lineage's: a PBT clone carries its donor's counters).
 * Where the time went: the population's sampling and learner shares of its iterations,
   from every row's ``workbench/*`` time split (`workbench diagnose`'s figures).
-* Median/min/max over the seeds per runner, and each seed's ratio rllib / fast.
+* Median/min/max over the seeds per arm, and each seed's ratio to the first arm.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import shutil
 import statistics
@@ -38,19 +52,82 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from main_job import EXPERIMENT, ROOT, first_crossing, read_trials, workbench_command
+import yaml
 
-RUNNERS = ("fast", "rllib")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from main_job import (
+    EXPERIMENT,
+    ROOT,
+    _experiment_name,
+    first_crossing,
+    read_trials,
+    workbench_command,
+)
+
+ASHA_EXPERIMENT = ROOT / "experiments" / "cartpole_asha_optuna.yaml"
+SEARCH_SPACE = ROOT / "search_spaces" / "ppo.yaml"
+ZOO_PYTHON = ROOT / ".venv-zoo" / "bin" / "python"
+ZOO_SCRIPT = ROOT / "benchmarks" / "zoo_reference.py"
+# Every scheduler arm: the main experiment's budget, stopping at the first crossing
+# (no evaluation of the best policy afterwards: it is not part of the time to 475).
+EQUAL_BUDGET = ("stop.wall_time_s=300", "stop.all_at_return=true", "evaluation.at_end=none")
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    experiment: Path
+    sets: tuple[str, ...] = ()
+    seeded_search: bool = False  # the file pins search.seed: follow the run's seed
+
+    def overrides(self, seed: int) -> list[str]:
+        sets = [f"seed={seed}", *self.sets]
+        if self.seeded_search:
+            sets.append(f"search.seed={seed}")
+        return sets
+
+
+def _numeric_space() -> str:
+    """search_spaces/ppo.yaml without its choice/grid blocks (PB2 explores bounds only)."""
+    blocks = yaml.safe_load(SEARCH_SPACE.read_text())
+    kept = {k: v for k, v in blocks.items() if not ({"choice", "grid"} & set(v))}
+    return json.dumps({"params": kept})
+
+
+def arms(compare: str) -> tuple[Arm, ...]:
+    if compare == "runners":
+        return (
+            Arm("fast", EXPERIMENT, ("env_runner=fast",)),
+            Arm("rllib", EXPERIMENT, ("env_runner=rllib",)),
+        )
+    return (
+        Arm("pbt", EXPERIMENT, EQUAL_BUDGET),
+        Arm(
+            "pb2",
+            EXPERIMENT,
+            ("scheduler.type=pb2", f"search_space={_numeric_space()}", *EQUAL_BUDGET),
+        ),
+        Arm("asha_optuna", ASHA_EXPERIMENT, EQUAL_BUDGET, seeded_search=True),
+        Arm(
+            "random",
+            ASHA_EXPERIMENT,
+            (
+                "search={type: random}",
+                "scheduler={type: fifo}",
+                "stop.iterations=32",
+                *EQUAL_BUDGET,
+            ),
+        ),
+    )
 
 
 @dataclass
 class Run:
     seed: int
-    runner: str
+    arm: str
     returncode: int
     wall_s: float
     launch_to_target_s: float | None
@@ -60,6 +137,8 @@ class Run:
     best_return: float
     sampling_share: float
     learner_share: float
+    trials: int = 0
+    note: str = field(default="")
 
 
 def _nested(row: dict[str, object], *keys: str) -> float | None:
@@ -71,23 +150,23 @@ def _nested(row: dict[str, object], *keys: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def run_once(seed: int, runner: str, root: Path, threshold: float, extra: list[str]) -> Run:
-    storage = root / f"seed{seed}-{runner}"
-    log = root / f"seed{seed}-{runner}.log"
-    sets = [f"seed={seed}", f"env_runner={runner}", f"storage={storage}", *extra]
+def run_once(seed: int, arm: Arm, root: Path, threshold: float, extra: list[str]) -> Run:
+    storage = root / f"seed{seed}-{arm.name}"
+    log = root / f"seed{seed}-{arm.name}.log"
+    sets = [*arm.overrides(seed), f"storage={storage}", *extra]
     command = [
         *workbench_command(),
         "run",
-        str(EXPERIMENT),
+        str(arm.experiment),
         *[arg for item in sets for arg in ("--set", item)],
     ]
-    print(f"seed {seed}, {runner}: {' '.join(command)}", flush=True)
+    print(f"seed {seed}, {arm.name}: {' '.join(command)}", flush=True)
     started_at = time.time()
     start = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
     wall = time.perf_counter() - start
-    trials = read_trials(storage / "cartpole_pbt")
+    trials = read_trials(storage / _experiment_name(arm.experiment, sets))
     trial_time, launch_time, reached_by, best = first_crossing(trials, threshold, started_at)
     population_steps = sum(
         _nested(row, "env_runners", "num_env_steps_sampled") or 0.0
@@ -113,7 +192,7 @@ def run_once(seed: int, runner: str, root: Path, threshold: float, extra: list[s
             print(f"    {line}")
     return Run(
         seed,
-        runner,
+        arm.name,
         done.returncode,
         wall,
         launch_time,
@@ -123,11 +202,68 @@ def run_once(seed: int, runner: str, root: Path, threshold: float, extra: list[s
         best,
         split["sampling_s"] / total,
         split["learner_s"] / total,
+        trials=len(trials),
+    )
+
+
+ZOO = "rl_zoo"
+
+
+def run_zoo(seed: int, root: Path, threshold: float, quick: bool) -> Run:
+    """RL Zoo's search then training, in its own virtualenv (benchmarks/zoo_reference.py)."""
+    command = [str(ZOO_PYTHON), str(ZOO_SCRIPT), "--seed", str(seed)]
+    command += ["--threshold", f"{threshold:g}", "--workdir", str(root / f"seed{seed}-{ZOO}")]
+    if quick:
+        command += ["--n-trials", "2", "--n-timesteps", "2048", "--n-evaluations", "1"]
+        command += ["--train-timesteps", "4096"]
+    print(f"seed {seed}, {ZOO}: {' '.join(command)}", flush=True)
+    log = root / f"seed{seed}-{ZOO}.log"
+    start = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
+    wall = time.perf_counter() - start
+    lines = log.read_text().splitlines()
+    figures: dict[str, object] = {}
+    if lines:
+        try:
+            figures = json.loads(lines[-1])
+        except json.JSONDecodeError:
+            figures = {}
+    code = done.returncode or int(figures.get("returncode", 1) or 0)  # type: ignore[call-overload]
+    if code != 0 or "train_env_steps" not in figures:
+        print(f"  exit status {done.returncode}; the end of {log}:")
+        for line in lines[-15:]:
+            print(f"    {line}")
+        return Run(seed, ZOO, code or 1, wall, None, None, 0.0, None, math.nan, math.nan, math.nan)
+    for line in lines[:-1]:
+        if line.startswith(("search:", "train:")) and "rl_zoo3.train" not in line:
+            print(f"  {line}")
+    to_target = figures.get("to_target_s")
+    train_s = figures.get("train_s")
+    steps = float(figures["search_env_steps"]) + float(figures["train_env_steps"])  # type: ignore[arg-type]
+    return Run(
+        seed,
+        ZOO,
+        0,
+        wall,
+        float(to_target) if isinstance(to_target, int | float) else None,
+        float(train_s) if isinstance(train_s, int | float) else None,
+        steps,
+        float(figures["train_env_steps"]) if to_target is not None else None,  # type: ignore[arg-type]
+        float(figures["best_return"]),  # type: ignore[arg-type]
+        math.nan,
+        math.nan,
+        trials=int(figures["trials"]),  # type: ignore[call-overload]
+        note=f"search {float(figures['search_s']):.0f} s, {figures['pruned']} pruned",  # type: ignore[arg-type]
     )
 
 
 def _cell(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def _share(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.0f}%"
 
 
 def _stats(values: list[float], fmt: str = ".1f") -> str:
@@ -139,53 +275,67 @@ def _stats(values: list[float], fmt: str = ".1f") -> str:
     )
 
 
-def report(runs: list[Run], threshold: float) -> None:
+def report(runs: list[Run], threshold: float, names: list[str]) -> None:
+    target = f"{threshold:g}"
     print()
     print(
-        "| seed | runner | exit | wall s | launch to 475 s | trial time to 475 s | "
-        "population env steps | crossing trial's env steps | best | sampling | learner |"
+        f"| seed | arm | exit | trials | wall s | launch to {target} s | "
+        f"trial time to {target} s | population env steps | crossing trial's env steps | "
+        "best | sampling | learner |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         print(
-            f"| {r.seed} | {r.runner} | {r.returncode} | {r.wall_s:.1f} | "
+            f"| {r.seed} | {r.arm} | {r.returncode} | {r.trials} | {r.wall_s:.1f} | "
             f"{_cell(r.launch_to_target_s)} | {_cell(r.trial_time_to_target_s)} | "
             f"{r.population_env_steps:,.0f} | {_cell(r.trial_env_steps, ',.0f')} | "
-            f"{r.best_return:.1f} | {100 * r.sampling_share:.0f}% | "
-            f"{100 * r.learner_share:.0f}% |"
+            f"{_cell(r.best_return)} | {_share(r.sampling_share)} | {_share(r.learner_share)} |"
+            + (f" {r.note}" if r.note else "")
         )
     print()
-    print(f"median [min-max] over seeds, runs that reached {threshold:g}:")
+    print(f"median [min-max] over seeds; times and env steps of the runs that reached {target}:")
     print(
-        "| runner | reached | wall s | launch to 475 s | trial time to 475 s | "
+        f"| arm | reached | wall s | launch to {target} s | trial time to {target} s | "
         "population env steps | sampling share |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for runner in RUNNERS:
-        mine = [r for r in runs if r.runner == runner]
+    for name in names:
+        mine = [r for r in runs if r.arm == name]
         hit = [r for r in mine if r.launch_to_target_s is not None]
+        shares = [100 * r.sampling_share for r in mine if not math.isnan(r.sampling_share)]
         print(
-            f"| {runner} | {len(hit)}/{len(mine)} | {_stats([r.wall_s for r in mine])} | "
+            f"| {name} | {len(hit)}/{len(mine)} | {_stats([r.wall_s for r in mine])} | "
             f"{_stats([r.launch_to_target_s for r in hit if r.launch_to_target_s is not None])} | "
             f"{_stats([t for r in hit if (t := r.trial_time_to_target_s) is not None])} | "
             f"{_stats([r.population_env_steps for r in hit], ',.0f')} | "
-            f"{_stats([100 * r.sampling_share for r in mine], '.0f')}% |"
+            f"{_stats(shares, '.0f')}{'%' if shares else ''} |"
         )
-    ratios = []
-    for seed in sorted({r.seed for r in runs}):
-        pair = {r.runner: r for r in runs if r.seed == seed}
-        fast, rllib = pair.get("fast"), pair.get("rllib")
-        if fast and rllib and fast.launch_to_target_s and rllib.launch_to_target_s:
-            ratios.append(rllib.launch_to_target_s / fast.launch_to_target_s)
-    if ratios:
-        shown = ", ".join(f"{r:.2f}x" for r in ratios)
-        print(f"\nlaunch to {threshold:g}, rllib / fast per seed: {shown}")
+    anchor = names[0]
+    for name in names[1:]:
+        ratios = []
+        for seed in sorted({r.seed for r in runs}):
+            pair = {r.arm: r for r in runs if r.seed == seed}
+            a, b = pair.get(anchor), pair.get(name)
+            if a and b and a.launch_to_target_s and b.launch_to_target_s:
+                ratios.append(f"{b.launch_to_target_s / a.launch_to_target_s:.2f}x")
+        if ratios:
+            print(f"launch to {target}, {name} / {anchor} per seed: {', '.join(ratios)}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
+    parser.add_argument(
+        "--compare",
+        choices=("schedulers", "runners"),
+        default="schedulers",
+        help="schedulers: pbt, pb2, asha_optuna, random; runners: fast vs rllib (PBT)",
+    )
+    parser.add_argument("--arms", default=None, help="comma-separated subset of the arms")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument(
+        "--zoo", action="store_true", help="add RL Zoo's tuning as a reference (make zoo-venv)"
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="passed on to run"
     )
@@ -193,12 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the results folders")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    chosen = arms(args.compare)
+    if args.arms:
+        wanted = [a.strip() for a in args.arms.split(",") if a.strip()]
+        unknown = sorted(set(wanted) - {a.name for a in chosen})
+        if unknown:
+            parser.error(f"--arms: no arm {unknown} in {[a.name for a in chosen]}")
+        chosen = tuple(a for a in chosen if a.name in wanted)
+    if args.zoo and not ZOO_PYTHON.is_file():
+        parser.error(f"--zoo needs {ZOO_PYTHON}: run `make zoo-venv` first")
     extra = list(args.set)
     if args.quick:
         seeds = seeds[:1]
         extra += [
             "population=2",
-            "scheduler.quantile_fraction=0.5",
+            "max_concurrent=2",
             "stop.iterations=2",
             "training.train_batch_size_per_learner=512",
             "evaluation.at_end=none",
@@ -208,12 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc)
     print("command:", " ".join([sys.executable, *sys.argv]))
     print(f"{now:%Y-%m-%d %H:%M:%S} UTC; results under {root}")
+    names = [a.name for a in chosen] + ([ZOO] if args.zoo else [])
     runs = []
     try:
         for i, seed in enumerate(seeds):
-            for runner in RUNNERS if i % 2 == 0 else tuple(reversed(RUNNERS)):
-                runs.append(run_once(seed, runner, root, args.threshold, extra))
-        report(runs, args.threshold)
+            order = [*chosen, ZOO] if args.zoo else list(chosen)
+            turn = i % len(order)
+            for arm in order[turn:] + order[:turn]:
+                if isinstance(arm, Arm):
+                    runs.append(run_once(seed, arm, root, args.threshold, extra))
+                else:
+                    runs.append(run_zoo(seed, root, args.threshold, args.quick))
+        report(runs, args.threshold, names)
     finally:
         if args.keep:
             print(f"kept {root}")

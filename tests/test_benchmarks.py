@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import optuna
 import pytest
+
+from workbench.resolve import load_and_resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,9 +114,15 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_time_to_target_runs_both_env_runners(tmp_path: Path) -> None:
+def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
+    # PB2 (the derived numeric space) and random search (the ASHA file turned FIFO):
+    # the two arms whose experiment is not a file as it stands.
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "time_to_target.py"), "--quick"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "time_to_target.py"),
+            *("--quick", "--arms", "pb2,random"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -120,9 +131,78 @@ def test_time_to_target_runs_both_env_runners(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
-    assert [row.split("|")[2].strip() for row in rows] == ["fast", "rllib"]
+    assert [row.split("|")[2].strip() for row in rows] == ["pb2", "random"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2] == "0"  # exit status
-        assert float(cells[6].replace(",", "")) > 0  # the population sampled
-    assert "| runner | reached |" in result.stdout
+        assert cells[3] == "2"  # trials read back
+        assert float(cells[7].replace(",", "")) > 0  # the population sampled
+    assert "| arm | reached |" in result.stdout
+
+
+def _benchmark(name: str) -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_time_to_target_scheduler_arms_share_one_budget(tmp_path: Path) -> None:
+    ttt = _benchmark("time_to_target")
+    full = {
+        arm.name: load_and_resolve(
+            arm.experiment, [*arm.overrides(3), f"storage={tmp_path}"], check_results=False
+        )
+        for arm in ttt.arms("schedulers")
+    }
+    resolved = {name: r.experiment for name, r in full.items()}
+    assert list(resolved) == ["pbt", "pb2", "asha_optuna", "random"]
+    kinds = {name: e.scheduler.type for name, e in resolved.items()}
+    assert kinds == {"pbt": "pbt", "pb2": "pb2", "asha_optuna": "asha", "random": "fifo"}
+    assert resolved["asha_optuna"].search.type == "optuna"
+    assert resolved["asha_optuna"].search.seed == 3  # follows the run's seed
+    assert resolved["random"].search.type == "random"
+    assert resolved["random"].stop.iterations == resolved["asha_optuna"].scheduler.max_t
+    assert resolved["random"].population == resolved["asha_optuna"].population
+    for name, e in resolved.items():
+        assert e.seed == 3, name
+        assert e.stop.wall_time_s == 300 and e.stop.all_at_return, name
+        assert e.stop.return_mean == 475, name
+        assert e.resources == resolved["pbt"].resources, name
+        assert e.algorithm == "PPO" and e.env.id == "sim_ext/CartPole-v1", name
+        assert e.training == resolved["pbt"].training, name
+    # Four trials at a time everywhere.
+    assert resolved["pbt"].population == resolved["pb2"].population == 4
+    assert resolved["asha_optuna"].max_concurrent == resolved["random"].max_concurrent == 4
+    # PB2's space is PBT's without its choice block.
+    spaces = {name: r.search_space for name, r in full.items()}
+    assert set(spaces["pb2"]) == set(spaces["pbt"]) - {"minibatch_size"}
+    assert all(spaces["pb2"][k] == spaces["pbt"][k] for k in spaces["pb2"])
+    assert spaces["asha_optuna"] == spaces["random"] == spaces["pbt"]
+
+
+def test_zoo_reference_counts_steps_and_finds_the_crossing() -> None:
+    zoo = _benchmark("zoo_reference")
+    crossing = zoo.Crossing(475.0, window=4)
+    assert not crossing.add([])
+    assert not crossing.add([500.0, 500.0, 400.0])  # mean 466.7
+    assert crossing.add([500.0])  # mean 475 over the last four
+    assert crossing.best == 475.0
+    assert not crossing.add([100.0])  # the window moved: 375
+    assert crossing.best == 475.0
+
+    study = optuna.create_study(direction="maximize")
+
+    def objective(trial: optuna.Trial) -> float:
+        # Trials 0 and 2 run to the end (5 reports); trial 1 is pruned after 2.
+        for step in range(1, 6):
+            trial.report(float(step), step)
+            if trial.number == 1 and step == 2:
+                raise optuna.TrialPruned
+        return 1.0
+
+    study.optimize(objective, n_trials=3)
+    steps, pruned = zoo.search_env_steps(study, n_timesteps=50_000, n_evaluations=5)
+    assert pruned == 1
+    assert steps == 2 * 50_000 + 2 * 10_000
