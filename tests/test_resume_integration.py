@@ -47,8 +47,9 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
     return path
 
 
-def _snapshot_checkpoints(results_dir: Path) -> dict[str, int]:
-    """Trial name -> the iteration of the checkpoint Tune's last snapshot would restore."""
+def _snapshot_checkpoints(results_dir: Path) -> dict[str, tuple[int, float]]:
+    """Trial name -> (the iteration of the checkpoint Tune's last snapshot would restore,
+    the lr the trial had then: PBT's, if it exploited)."""
     import ray.cloudpickle as cloudpickle
 
     snapshot = sorted(results_dir.glob("experiment_state-*.json"))[-1]
@@ -60,11 +61,12 @@ def _snapshot_checkpoints(results_dir: Path) -> dict[str, int]:
         manager = cloudpickle.loads(bytes.fromhex(runtime["checkpoint_manager"]["value"]))
         latest = manager._latest_checkpoint_result
         name = f"PPO_{trial['trial_id'].rsplit('_', 1)[1]}"
+        lr = float(trial["config"]["lr"])
         if latest is None:
-            out[name] = 0
+            out[name] = (0, lr)
             continue
         state = Path(latest.checkpoint.path) / "algorithm_state.pkl"
-        out[name] = int(pickle.loads(state.read_bytes())["training_iteration"])
+        out[name] = (int(pickle.loads(state.read_bytes())["training_iteration"]), lr)
     return out
 
 
@@ -77,7 +79,14 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
-    experiment = _experiment(tmp_path)
+    # PBT decides at every iteration: with two trials, the one deciding has the newer,
+    # usually better score, so exploits come by noise; more decisions make one after
+    # the resume all but certain.
+    experiment = _experiment(
+        tmp_path,
+        scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5},
+        stop={"iterations": 10},
+    )
     results_dir = tmp_path / "results" / "pop"
     driver = subprocess.Popen(
         [WORKBENCH, "run", str(experiment)],
@@ -125,11 +134,15 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
 
     rows = _result_rows(results_dir)
     for name, trial_rows in rows.items():
-        assert trial_rows[-1]["training_iteration"] == 14, name  # reached its stop rule
+        assert trial_rows[-1]["training_iteration"] == 10, name  # reached its stop rule
         if name in restore_from:
             after = trial_rows[rows_before[name] :]
-            # Bounded loss: it went on from the last checkpoint Tune had completed.
-            assert after[0]["training_iteration"] == restore_from[name] + 1, name
+            iteration, lr = restore_from[name]
+            # Bounded loss: it went on from the last checkpoint Tune had completed ...
+            assert after[0]["training_iteration"] == iteration + 1, name
+            # ... with the hyperparameters it had then (Tune alone resets a restored
+            # trial to the values it was created with, undoing PBT's exploits).
+            assert after[0]["config"]["lr"] == pytest.approx(lr), name
 
     records = read_jsonl(results_dir / LINEAGE_FILE)
     assert check_sequence(records) == []
@@ -148,7 +161,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         # Every result Tune's JSON log has (it may lose its last unflushed row to the
         # SIGKILL, the store may not), and the last one is the stop rule's.
         assert len(steps) >= len(rows[run.info.run_name])
-        assert max(history, key=lambda m: m.step).value == 14
+        assert max(history, key=lambda m: m.step).value == 10
 
 
 def _cmd(proc: Path) -> bytes:

@@ -96,3 +96,98 @@ def test_state_of_another_scheduler_kind_is_ignored() -> None:
     pbt = _pbt()
     SchedulerState(pbt).set_state({"scheduler": "WorkbenchASHA", "asha": {}})
     assert pbt._restored is None
+
+
+class _Controller:
+    search_alg = None
+    _checkpoint_manager = None
+
+
+def test_a_restored_trial_keeps_the_values_pbt_gave_it() -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.impl.placeholder import create_resolvers_map, inject_placeholders
+
+    # A config with an object in it (RLlib's configs hold classes): Tune swaps such
+    # values for placeholders and keeps the trial's original copy to resolve them.
+    resolvers = create_resolvers_map()
+    config = inject_placeholders({"lr": 1e-3, "seed": 7, "runner": FakeTrial}, resolvers)
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+    trial = Trial(
+        "trainable",
+        config=config,
+        trial_id="t_00000",
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+    )
+    trial.resolve_config_placeholders(resolvers)
+    trial.create_placement_group_factory()  # as Tune's add_trial does
+    before = _pbt()
+    before.on_trial_add(_Controller(), trial)
+    trial.set_config({**trial.config, "lr": 5e-4})  # an exploit, as PBT makes it
+    saved = pickle.loads(pickle.dumps(SchedulerState(before).get_state()))
+    snapshot = trial.get_json_state()[0]
+
+    # Tune's restore: the trial from the snapshot, its placeholders resolved again.
+    plain = Trial.from_json_state(snapshot, stub=True)
+    assert plain.config["lr"] == 5e-4
+    plain.resolve_config_placeholders(resolvers)
+    assert plain.config["lr"] == 1e-3  # the fall: back to the value it was created with
+
+    restored = Trial.from_json_state(snapshot, stub=True)
+    restored.resolve_config_placeholders(resolvers)
+    after = _pbt()
+    SchedulerState(after).set_state(saved)
+    after.on_trial_add(_Controller(), restored)
+    assert restored.config["lr"] == 5e-4  # the fix
+    assert restored.config["runner"] is FakeTrial and restored.config["seed"] == 7
+
+
+def test_fifo_and_asha_carry_the_configs_too() -> None:
+    for scheduler in (
+        WorkbenchFIFO(),
+        WorkbenchASHA(time_attr="training_iteration", metric="score", mode="max", max_t=9),
+    ):
+        trial = _ConfigTrial("t_00003", {"lr": 0.1, "model": {"x": 1}})
+        scheduler.on_trial_add(_Controller(), trial)
+        state = SchedulerState(scheduler).get_state()
+        assert state is not None
+        assert state["configs"] == {"t_00003": {"lr": 0.1}}
+
+
+@dataclass
+class _ConfigTrial:
+    trial_id: str
+    config: dict[str, object]
+
+
+def test_a_nan_return_is_no_score_for_pbt() -> None:
+    # RLlib reports NaN for an iteration in which no episode ended (long episodes:
+    # often the best trial). Tune's PBT would store it as the trial's score.
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    pbt = _pbt()
+    trials = [
+        Trial(
+            "trainable",
+            config={"lr": 1e-3},
+            trial_id=f"t_{i:05d}",
+            stub=True,
+            placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+        )
+        for i in range(2)
+    ]
+    controller = _Controller()
+    controller.get_trials = lambda: trials  # type: ignore[attr-defined]
+    for trial in trials:
+        pbt.on_trial_add(controller, trial)
+    # At its perturbation times (every 2 iterations) PBT records the trial's score.
+    pbt.on_trial_result(controller, trials[0], {"training_iteration": 2, "score": 40.0})
+    assert pbt._trial_state[trials[0]].last_score == 40.0
+    decision = pbt.on_trial_result(
+        controller, trials[0], {"training_iteration": 4, "score": float("nan")}
+    )
+    assert decision == "CONTINUE"
+    assert pbt._trial_state[trials[0]].last_score == 40.0
+    assert pbt._trial_state[trials[0]].last_perturbation_time == 2  # decided next time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -40,26 +41,49 @@ class ResumableScheduler:
     does that only with num_to_keep, which the workbench cannot use: see
     checkpoints.py), so that a resume never starts a trial from an older checkpoint
     than its last one.
+
+    And it keeps the hyperparameters PBT, PB2 and replay gave a trial: Tune's restore
+    re-adds each trial with the config it was created with (``add_trial`` resolves the
+    config's placeholders from the trial's original, unresolved copy, which
+    ``Trial.set_config`` never updates), so without this a resumed trial would go on
+    from its checkpoint with its pre-exploit values. The snapshot carries each
+    trial's plain top-level values; on restore they go back over the reset.
     """
 
     _restored: dict[str, Any] | None = None
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
+        self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
         manager = getattr(tune_controller, "_checkpoint_manager", None)
         if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
             manager._sync_every_n_trial_checkpoints = 1
         if self._restored is not None:
+            self._restore_config(trial)
             self._apply_trial_state(trial)
 
     def workbench_state(self) -> dict[str, Any]:
-        return {}
+        trials: dict[str, Any] = self.__dict__.get("_added", {})
+        configs = {
+            trial_id: {k: v for k, v in trial.config.items() if _plain(v)}
+            for trial_id, trial in trials.items()
+        }
+        return {"configs": configs} if configs else {}
+
+    def _restore_config(self, trial: Any) -> None:
+        saved = (self._restored or {}).get("configs", {}).get(trial.trial_id)
+        if saved:
+            trial.config.update(saved)
 
     def restore_workbench_state(self, state: dict[str, Any]) -> None:
         self._restored = state
 
     def _apply_trial_state(self, trial: Any) -> None:
         pass
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
 
 
 class ExploitRecorder:
@@ -73,6 +97,15 @@ class ExploitRecorder:
     _deciding: tuple[str, int] | None = None
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        # An iteration in which no episode ended reports a NaN return (RLlib 2.60's
+        # episode_return_mean is the mean of the episodes finished in that iteration).
+        # Tune's PBT would rank the NaN as a score, and a NaN sorts anywhere: a
+        # trial whose episodes got long could be cloned over or picked as a donor by
+        # chance. A NaN is no score: the result goes by as if it had none.
+        metric = getattr(self, "_metric", None)
+        value = result.get(metric) if metric else None
+        if isinstance(value, float) and math.isnan(value):
+            result = {k: v for k, v in result.items() if k != metric}
         # Which result an exploit is decided on: Tune's own log gives the iteration
         # before it (the trial's last_result is updated only after the decision).
         self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
@@ -157,6 +190,7 @@ class ResumablePBT(ResumableScheduler):
                 fields["last_checkpoint"] = None  # a save still in flight
             trials[trial.trial_id] = fields
         out: dict[str, Any] = {
+            **super().workbench_state(),
             "trials": trials,
             "global": {f: getattr(self, f) for f in self._GLOBAL_FIELDS if hasattr(self, f)},
         }
@@ -197,7 +231,7 @@ class WorkbenchASHA(ResumableScheduler, ASHAScheduler):
     _FIELDS = ("_brackets", "_trial_info", "_counter", "_num_stopped")
 
     def workbench_state(self) -> dict[str, Any]:
-        return {"asha": {f: getattr(self, f) for f in self._FIELDS}}
+        return {**super().workbench_state(), "asha": {f: getattr(self, f) for f in self._FIELDS}}
 
     def restore_workbench_state(self, state: dict[str, Any]) -> None:
         super().restore_workbench_state(state)
