@@ -27,8 +27,9 @@ Method:
 * ``--zoo`` adds the user's alternative as a reference in the same run, per seed:
   ``benchmarks/zoo_reference.py`` in ``.venv-zoo`` (RL Zoo's ``rl_zoo3.train -optimize``,
   16 TPE trials with the median pruner, then SB3 PPO training the best configuration until
-  the last 100 episodes average 475); its time to 475 is the search's wall time plus the
-  training's time to the crossing.
+  the episodes that ended within 2000 env steps average 475, which is what a workbench
+  trial's ``episode_return_mean`` is in RLlib 2.60); its time to 475 is the search's wall
+  time plus the training's time to the crossing.
 * Read from the trials' ``result.json`` rows (as `benchmarks/main_job.py` does): the wall
   time of the whole command; the time from launch to the first row at 475 (its timestamp
   minus the command's start); the crossing trial's own ``time_total_s``; the env steps the
@@ -82,11 +83,14 @@ class Arm:
     experiment: Path
     sets: tuple[str, ...] = ()
     seeded_search: bool = False  # the file pins search.seed: follow the run's seed
+    population_based: bool = False  # PBT/PB2: --quick's two trials need quantile 0.5
 
-    def overrides(self, seed: int) -> list[str]:
+    def overrides(self, seed: int, quick: bool = False) -> list[str]:
         sets = [f"seed={seed}", *self.sets]
         if self.seeded_search:
             sets.append(f"search.seed={seed}")
+        if quick and self.population_based:
+            sets.append("scheduler.quantile_fraction=0.5")
         return sets
 
 
@@ -100,15 +104,16 @@ def _numeric_space() -> str:
 def arms(compare: str) -> tuple[Arm, ...]:
     if compare == "runners":
         return (
-            Arm("fast", EXPERIMENT, ("env_runner=fast",)),
-            Arm("rllib", EXPERIMENT, ("env_runner=rllib",)),
+            Arm("fast", EXPERIMENT, ("env_runner=fast",), population_based=True),
+            Arm("rllib", EXPERIMENT, ("env_runner=rllib",), population_based=True),
         )
     return (
-        Arm("pbt", EXPERIMENT, EQUAL_BUDGET),
+        Arm("pbt", EXPERIMENT, EQUAL_BUDGET, population_based=True),
         Arm(
             "pb2",
             EXPERIMENT,
             ("scheduler.type=pb2", f"search_space={_numeric_space()}", *EQUAL_BUDGET),
+            population_based=True,
         ),
         Arm("asha_optuna", ASHA_EXPERIMENT, EQUAL_BUDGET, seeded_search=True),
         Arm(
@@ -150,10 +155,12 @@ def _nested(row: dict[str, object], *keys: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def run_once(seed: int, arm: Arm, root: Path, threshold: float, extra: list[str]) -> Run:
+def run_once(
+    seed: int, arm: Arm, root: Path, threshold: float, extra: list[str], quick: bool = False
+) -> Run:
     storage = root / f"seed{seed}-{arm.name}"
     log = root / f"seed{seed}-{arm.name}.log"
-    sets = [*arm.overrides(seed), f"storage={storage}", *extra]
+    sets = [*arm.overrides(seed, quick), f"storage={storage}", *extra]
     command = [
         *workbench_command(),
         "run",
@@ -375,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             turn = i % len(order)
             for arm in order[turn:] + order[:turn]:
                 if isinstance(arm, Arm):
-                    runs.append(run_once(seed, arm, root, args.threshold, extra))
+                    runs.append(run_once(seed, arm, root, args.threshold, extra, args.quick))
                 else:
                     runs.append(run_zoo(seed, root, args.threshold, args.quick))
         report(runs, args.threshold, names)

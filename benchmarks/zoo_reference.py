@@ -1,7 +1,8 @@
 """The user's alternative, as a reference for `time_to_target.py`: RL Zoo's Optuna tuning
 (``rl_zoo3.train -optimize``) of Stable-Baselines3 PPO on Gymnasium CartPole-v1, then training
-the best configuration it found until the mean return of the last 100 training episodes
-reaches the target (475), as RLlib's ``episode_return_mean`` counts it.
+the best configuration it found until the mean return of its training episodes reaches the
+target (475), counted as the workbench's trials count it: RLlib 2.60's ``episode_return_mean``,
+the mean over the episodes that ended within one iteration's 2000 env steps.
 
 It runs in its own virtualenv (RL Zoo pins its own Gymnasium and SB3, which the
 workbench's environment does not need)::
@@ -19,8 +20,9 @@ Method:
   saves (a complete trial: n_timesteps; a pruned one: up to its last evaluation).
 * Phase 2 trains the study's best trial, its parameters converted by RL Zoo's own
   ``convert_onpolicy_params`` over RL Zoo's CartPole defaults (8 envs), with SB3 and a
-  callback that stops at the first step where the last 100 finished training episodes
-  average at least the target, or when ``--train-budget-s`` or ``--train-timesteps`` run out.
+  callback that stops at the end of the first block of 2000 env steps whose finished
+  training episodes average at least the target (`Crossing`), or when ``--train-budget-s``
+  or ``--train-timesteps`` run out.
 * The last line printed is one JSON object with the figures, which `time_to_target.py`
   reads; the lines before it are for a person.
 """
@@ -35,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +44,8 @@ from typing import Any
 
 ENV_ID = "CartPole-v1"
 N_ENVS = 8  # RL Zoo's hyperparams/ppo.yml for CartPole-v1
-WINDOW = 100  # episodes in the mean, as RLlib's metrics_num_episodes_for_smoothing
+WINDOW = 100  # at most this many episodes in a mean (RLlib's metrics_num_episodes_for_smoothing)
+BLOCK = 2000  # env steps per mean: the main experiment's train_batch_size_per_learner
 
 
 @dataclass
@@ -67,22 +69,32 @@ class ZooFigures:
 
 
 class Crossing:
-    """The first step at which the mean of the last `window` finished episodes is at
-    least `threshold`. Fed each step's finished-episode returns, in order."""
+    """RLlib 2.60's ``episode_return_mean`` applied to another trainer's episodes: the
+    mean return of the episodes that ended within each block of `block` env steps.
 
-    def __init__(self, threshold: float, window: int = WINDOW) -> None:
+    An RLlib iteration samples ``train_batch_size_per_learner`` env steps (2000 in the
+    main experiment) and its MeanStats are cleared at every reduce, so the figure a
+    workbench trial reports is the mean over the episodes finished in that iteration
+    (the 100-episode window only caps their count); a block in which no episode
+    ended has no mean. Fed each step's finished-episode returns and the step count.
+    """
+
+    def __init__(self, threshold: float, block: int = BLOCK) -> None:
         self.threshold = threshold
-        self.returns: deque[float] = deque(maxlen=window)
+        self.block = block
+        self.block_end = block
+        self.returns: list[float] = []
         self.best = math.nan
 
-    def add(self, finished: Iterable[float]) -> bool:
-        added = False
-        for value in finished:
-            self.returns.append(float(value))
-            added = True
-        if not added:
+    def add(self, finished: Iterable[float], steps: int) -> bool:
+        self.returns.extend(float(value) for value in finished)
+        if steps < self.block_end:
             return False
-        mean = sum(self.returns) / len(self.returns)
+        self.block_end = (steps // self.block + 1) * self.block
+        returns, self.returns = self.returns[-WINDOW:], []
+        if not returns:
+            return False
+        mean = sum(returns) / len(returns)
         if math.isnan(self.best) or mean > self.best:
             self.best = mean
         return mean >= self.threshold
@@ -169,7 +181,7 @@ def _train(args: argparse.Namespace, params: dict[str, Any]) -> tuple[float | No
     class StopAtTarget(BaseCallback):
         def _on_step(self) -> bool:
             finished = [i["episode"]["r"] for i in self.locals["infos"] if "episode" in i]
-            if crossing.add(finished):
+            if crossing.add(finished, self.num_timesteps):
                 reached.append(time.perf_counter() - start)
                 return False
             return time.perf_counter() - start < args.train_budget_s

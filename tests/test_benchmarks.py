@@ -184,13 +184,15 @@ def test_time_to_target_scheduler_arms_share_one_budget(tmp_path: Path) -> None:
 
 def test_zoo_reference_counts_steps_and_finds_the_crossing() -> None:
     zoo = _benchmark("zoo_reference")
-    crossing = zoo.Crossing(475.0, window=4)
-    assert not crossing.add([])
-    assert not crossing.add([500.0, 500.0, 400.0])  # mean 466.7
-    assert crossing.add([500.0])  # mean 475 over the last four
-    assert crossing.best == 475.0
-    assert not crossing.add([100.0])  # the window moved: 375
-    assert crossing.best == 475.0
+    # The mean of the episodes that ended in each block of 100 env steps.
+    crossing = zoo.Crossing(475.0, block=100)
+    assert not crossing.add([500.0], steps=50)  # the block is not over
+    assert not crossing.add([400.0], steps=100)  # mean 450
+    assert crossing.best == 450.0
+    assert not crossing.add([], steps=200)  # no episode ended: no mean
+    assert crossing.add([490.0, 480.0], steps=300)  # mean 485
+    assert crossing.block_end == 400 and crossing.best == 485.0
+    assert not crossing.add([100.0], steps=408)  # a new block
 
     study = optuna.create_study(direction="maximize")
 
