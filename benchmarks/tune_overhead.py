@@ -87,6 +87,10 @@ def experiment_data(args: argparse.Namespace, storage: Path, name: str) -> dict[
         evaluation={"at_end": "none"},
     )
     data["scheduler"]["perturbation_interval"] = args.interval
+    # At least one trial in the bottom quantile (a population of 2 in --quick).
+    data["scheduler"]["quantile_fraction"] = max(
+        data["scheduler"]["quantile_fraction"], 1 / args.population
+    )
     data["checkpoint"]["frequency"] = min(data["checkpoint"]["frequency"], args.interval)
     data["training"]["train_batch_size_per_learner"] = args.batch
     data["resources"].update(cpus_main=args.cpus_per_trial, cpus_per_learner=args.cpus_per_trial)
@@ -263,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.exploit_rounds = 1, 1
-        args.population, args.iterations, args.interval, args.batch = 4, 2, 1, 512
+        args.population, args.iterations, args.interval, args.batch = 2, 2, 1, 512
 
     warnings.filterwarnings("ignore")
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"  # both: RLlib's first iteration

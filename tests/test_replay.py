@@ -224,7 +224,11 @@ class _Trial(SimpleNamespace):
 def test_the_scheduler_pauses_a_trial_to_change_its_config() -> None:
     replay = ReplayScheduler([(1, {"lr": 0.1, "clip": 0.2}), (4, {"lr": 0.05})])
     controller = SimpleNamespace(_checkpoint_manager=None)
-    trial = _Trial(config={"lr": 5e-5, "clip": 0.3, "seed": 7}, latest_checkpoint_result=None)
+    trial = _Trial(
+        trial_id="t_00000",
+        config={"lr": 5e-5, "clip": 0.3, "seed": 7},
+        latest_checkpoint_result=None,
+    )
     replay.on_trial_add(controller, trial)
     assert trial.config == {"lr": 0.1, "clip": 0.2, "seed": 7}
     decisions = [
@@ -241,6 +245,7 @@ def test_the_scheduler_pauses_a_trial_to_change_its_config() -> None:
     )
     # A trial Tune restores from its checkpoint of iteration 5 goes on with iteration 6's.
     restored = _Trial(
+        trial_id="t_00001",
         config={"lr": 0.1, "clip": 0.2},
         latest_checkpoint_result=SimpleNamespace(metrics={"training_iteration": 5}),
     )
