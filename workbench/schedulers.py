@@ -101,11 +101,12 @@ class ExploitRecorder:
         # episode_return_mean is the mean of the episodes finished in that iteration).
         # Tune's PBT would rank the NaN as a score, and a NaN sorts anywhere: a
         # trial whose episodes got long could be cloned over or picked as a donor by
-        # chance. A NaN is no score: the result goes by as if it had none.
+        # chance. A NaN is no score: the result goes by as if it had none (what Tune's
+        # PBT does with a missing metric, minus its warning that prints the result).
         metric = getattr(self, "_metric", None)
         value = result.get(metric) if metric else None
         if isinstance(value, float) and math.isnan(value):
-            result = {k: v for k, v in result.items() if k != metric}
+            return str(TrialScheduler.CONTINUE)
         # Which result an exploit is decided on: Tune's own log gives the iteration
         # before it (the trial's last_result is updated only after the decision).
         self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
