@@ -261,3 +261,126 @@ def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
     for owned in trials.values():
         runner_nodes = [node for cls, node in owned if cls.endswith("EnvRunner")]
         assert sorted(runner_nodes) == ["node_a", "node_b"], owned
+
+
+def _raylet_of(cluster: TwoNodes, node_args: list[str]) -> int:
+    """The raylet process of the node started with these `ray start` arguments."""
+    port = next(a.split("=", 1)[1] for a in node_args if a.startswith("--node-manager-port="))
+    for pid in sorted(_ours(cluster.groups)):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            cmdline
+            and cmdline[0].endswith(b"raylet")
+            and (f"--node_manager_port={port}".encode() in cmdline)
+        ):
+            return pid
+    raise AssertionError(f"no raylet with node manager port {port}")
+
+
+def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
+    two_nodes: TwoNodes, tmp_path: Path
+) -> None:
+    """The resume drill on a cluster: the worker node's raylet is SIGKILLed mid-run;
+    the trials it held fail and are retried from their checkpoints on the head."""
+    from mlflow.tracking import MlflowClient
+
+    data: dict[str, Any] = {
+        "name": "drill",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        # Iterations of about a second: the kill comes while both trials train.
+        "training": {"train_batch_size_per_learner": 1000, "minibatch_size": 128, "num_epochs": 2},
+        "scheduler": {"type": "fifo"},
+        "population": 2,
+        "stop": {"iterations": 20},
+        "checkpoint": {"frequency": 1, "keep": 3},
+        "failure": {"max_failures": 3},
+        # 1.5 CPUs a trial: the head (2 CPUs) holds one, so while both run at once
+        # at least one is on the worker node (3 CPUs).
+        "resources": {"cpus_main": 1.5, "cpus_per_learner": 1.5},
+        "storage": str(tmp_path / "results"),
+    }
+    file = tmp_path / "drill.yaml"
+    file.write_text(yaml.safe_dump(data, sort_keys=False))
+    results = tmp_path / "results" / "drill"
+    log = tmp_path / "drill.log"
+    with log.open("w") as sink:
+        driver = subprocess.Popen(
+            [str(BIN / "workbench"), "run", str(file), "--address", two_nodes.address],
+            env=two_nodes.env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            rows = {
+                f.parent.name: len(f.read_text().splitlines())
+                for f in results.glob("*/result.json")
+            }
+            if len(rows) == 2 and min(rows.values()) >= 2:
+                break
+            assert driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        else:
+            pytest.fail("the population never got going")
+        placed = subprocess.run(
+            [sys.executable, "-c", TRIAL_NODES, two_nodes.address, "PPO"],
+            env=two_nodes.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert placed.returncode == 0, placed.stderr[-3000:]
+        nodes = json.loads(placed.stdout.strip().splitlines()[-1])
+        assert "node_b" in nodes, nodes  # a trial on the node about to go
+        os.kill(_raylet_of(two_nodes, two_nodes.worker), signal.SIGKILL)
+        driver.wait(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    out = log.read_text()
+    assert driver.returncode == 0, out[-3000:]
+    assert "Experiment drill: 2 trials, 0 errored" in out
+    trials = {
+        f.parent.name: [json.loads(line) for line in f.read_text().splitlines()]
+        for f in results.glob("*/result.json")
+    }
+    assert all(rows[-1]["training_iteration"] == 20 for rows in trials.values())
+    # The lost trial went on from a checkpoint, in a new process on the head.
+    restored = [
+        name
+        for name, rows in trials.items()
+        if any(r["iterations_since_restore"] < r["training_iteration"] for r in rows)
+    ]
+    assert restored, "no trial was restored: the worker node held none"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    runs = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [client.get_experiment_by_name("drill").experiment_id],
+            filter_string="tags.`workbench.role` = 'trial'",
+        )
+    }
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+    for name in restored:
+        assert int(runs[name].data.tags["workbench.failures"]) >= 1
+
+
+# The node (by its custom resource) of each live trial actor of a class.
+TRIAL_NODES = """
+import json, sys
+import ray
+from ray._private import state
+ray.init(address=sys.argv[1], log_to_driver=False)
+label = {n["NodeID"]: next(k for k in n["Resources"] if k.startswith("node_"))
+         for n in ray.nodes()}
+print(json.dumps(sorted(label[a["Address"]["NodeID"]] for a in state.actors().values()
+                        if a["ActorClassName"] == sys.argv[2] and a["State"] == "ALIVE")))
+"""

@@ -215,6 +215,17 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
         if any(row["iterations_since_restore"] < row["training_iteration"] for row in r)
     ]
     assert len(restored) == 1, rows.keys()
+    # The failure is on the crashed trial's run, which went on to FINISHED.
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    crash_runs = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [client.get_experiment_by_name("crash").experiment_id],
+            filter_string="tags.`workbench.role` = 'trial'",
+        )
+    }
+    assert crash_runs[restored[0]].data.tags.get("workbench.failures") == "1"
+    assert all(r.info.status == "FINISHED" for r in crash_runs.values())
 
     fail = _experiment(
         tmp_path,
@@ -233,7 +244,6 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Experiment fail: 2 trials, 1 errored" in done.stdout
-    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("fail")
     trials = client.search_runs(
         [exp.experiment_id], filter_string="tags.`workbench.role` = 'trial'"
@@ -242,3 +252,22 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
     assert statuses == ["FAILED", "FINISHED"]
     failed = next(r for r in trials if r.info.status == "FAILED")
     assert "injected fault" in failed.data.tags["workbench.error"]
+
+    # The errored trial, restarted from scratch (the fault fired once), completes
+    # in the same run.
+    resumed = subprocess.run(
+        [WORKBENCH, "resume", str(tmp_path / "results" / "fail"), "--restart-errored"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    rows = _result_rows(tmp_path / "results" / "fail")
+    assert all(r[-1]["training_iteration"] == 6 for r in rows.values()), rows.keys()
+    again = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.role` = 'trial'")
+    assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in trials)
+    assert all(r.info.status == "FINISHED" for r in again)
+    rerun = next(r for r in again if r.info.run_id == failed.info.run_id)
+    history = client.get_metric_history(rerun.info.run_id, "training_iteration")
+    assert max(m.value for m in history) == 6

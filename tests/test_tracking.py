@@ -41,6 +41,7 @@ class FakeTrial:
     status: str = "RUNNING"
     error_file: str | None = None
     last_result: dict[str, Any] = field(default_factory=dict)
+    num_failures: int = 0
 
 
 class Flaky:
@@ -415,3 +416,39 @@ def test_a_failure_halfway_through_a_merged_write_duplicates_nothing(tmp_path: P
         (2, 2.0),
     ]
     assert _history(uri, runs["PPO_00001"].info.run_id, "training_iteration") == [(1, 1.0)]
+
+
+def test_retried_and_final_failures_are_on_the_run(tmp_path: Path) -> None:
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    trials = [FakeTrial(f"abc_{i:05d}", dict(CONFIG)) for i in range(2)]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+        tracker.on_trial_result(1, trials, trial, _result(1, trial.config))
+    error = tmp_path / "error.txt"
+    # Trial 0 fails twice and Tune retries it (failure.max_failures) ...
+    for failures in (1, 2):
+        error.write_text(f"RuntimeError: injected fault number {failures}")
+        retried = trials[0]
+        retried.num_failures, retried.error_file = failures, str(error)
+        tracker.on_trial_recover(1, trials, retried)
+        tracker.on_trial_start(1, trials, retried)
+    tracker.on_trial_result(2, trials, trials[0], _result(2, trials[0].config))
+    # ... trial 1 fails for good.
+    trials[1].num_failures, trials[1].error_file = 1, str(error)
+    trials[1].status = "ERROR"
+    tracker.on_trial_error(1, trials, trials[1])
+    trials[0].status = "TERMINATED"
+    tracker.on_trial_complete(2, trials, trials[0])
+    tracker.on_experiment_end(trials)
+
+    runs = _runs(tracker.target.uri)
+    retried_run, failed_run = runs["PPO_00000"], runs["PPO_00001"]
+    assert retried_run.info.status == "FINISHED"
+    assert retried_run.data.tags["workbench.failures"] == "2"
+    assert "injected fault number 2" in retried_run.data.tags["workbench.last_failure"]
+    steps = _history(tracker.target.uri, retried_run.info.run_id, "training_iteration")
+    assert [s for s, _ in steps] == [1, 2]  # the retry continued the same run
+    assert failed_run.info.status == "FAILED"
+    assert failed_run.data.tags["workbench.failures"] == "1"
+    assert "injected fault" in failed_run.data.tags["workbench.error"]

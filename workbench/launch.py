@@ -535,13 +535,21 @@ def resume(
     preflight(resolved, address=address, configure=configure)
     record_ray_session(resolved.results_dir)
     session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    if restart_errored:
+        # Not Tune's restart_errored: it re-creates an errored trial from its resolved
+        # config, which fails in add_trial's placeholder resolution for any RLlib config
+        # (TypeError, swallowed: the population then runs with no trials at all). The
+        # workbench resumes the trial instead, without its checkpoints: from scratch,
+        # under the same trial id and MLflow run.
+        statuses = population_statuses(resolved.results_dir)
+        errored = {trial_id for trial_id, status in statuses.items() if status == "ERROR"}
+        session.tune_config.scheduler.restart_from_scratch = errored
     tuner = tune.Tuner.restore(
         str(resolved.results_dir),
         session.trainable,
         param_space=session.param_space,
         resume_unfinished=True,
-        resume_errored=not restart_errored,
-        restart_errored=restart_errored,
+        resume_errored=True,
     )
     internal = tuner._local_tuner
     assert internal is not None

@@ -51,8 +51,14 @@ class ResumableScheduler:
     """
 
     _restored: dict[str, Any] | None = None
+    # Trial ids that `workbench resume --restart-errored` starts again from scratch.
+    restart_from_scratch: frozenset[str] | set[str] = frozenset()
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        if trial.trial_id in self.restart_from_scratch:
+            # Resumed without a checkpoint to restore: Tune starts it afresh.
+            trial.run_metadata.checkpoint_manager._latest_checkpoint_result = None
+            trial._restore_checkpoint_result = None
         super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
         self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
         manager = getattr(tune_controller, "_checkpoint_manager", None)

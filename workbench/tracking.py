@@ -856,10 +856,21 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._end(trial, "FINISHED")
 
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A failure Tune retries (failure.max_failures): counted and described on the
+        run, which goes on (the retry's results continue its steps)."""
+        tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
         text = _error_text(trial)
         if text:
-            self.writer.put(Tags(trial.trial_id, {"workbench.error": text}))
+            tags["workbench.last_failure"] = text
+        self.writer.put(Tags(trial.trial_id, tags))
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
+        text = _error_text(trial)
+        if text:
+            tags["workbench.error"] = text
+        self.writer.put(Tags(trial.trial_id, tags))
         self._end(trial, "FAILED")
 
     def _end(self, trial: Any, status: str) -> None:
