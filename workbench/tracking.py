@@ -859,18 +859,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         """A failure Tune retries (failure.max_failures): counted and described on the
         run, which goes on (the retry's results continue its steps)."""
-        tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
-        text = _error_text(trial)
-        if text:
-            tags["workbench.last_failure"] = text
-        self.writer.put(Tags(trial.trial_id, tags))
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.last_failure")))
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
-        text = _error_text(trial)
-        if text:
-            tags["workbench.error"] = text
-        self.writer.put(Tags(trial.trial_id, tags))
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.error")))
         self._end(trial, "FAILED")
 
     def _end(self, trial: Any, status: str) -> None:
@@ -955,6 +947,15 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
 def _trial_name(trial: Any) -> str:
     return f"{trial.trainable_name}_{str(trial.trial_id).rsplit('_', 1)[-1]}"
+
+
+def _failure_tags(trial: Any, text_tag: str) -> dict[str, str]:
+    """How often the trial has failed, and its error text under `text_tag`."""
+    tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
+    text = _error_text(trial)
+    if text:
+        tags[text_tag] = text
+    return tags
 
 
 def _error_text(trial: Any) -> str:
