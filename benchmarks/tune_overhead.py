@@ -59,6 +59,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from main_job import read_trials
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
 
@@ -154,21 +157,8 @@ def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[f
 # --- a population ------------------------------------------------------------------------------
 
 
-def read_rows(experiment_dir: Path) -> list[list[dict[str, Any]]]:
-    out = []
-    for result_file in sorted(experiment_dir.glob("*/result.json")):
-        rows = []
-        for line in result_file.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        out.append(rows)
-    return out
-
-
 def population_figures(experiment_dir: Path, wall_s: float, population: int) -> dict[str, float]:
-    trials = read_rows(experiment_dir)
+    trials = list(read_trials(experiment_dir).values())
     train_s = sum(float(r.get("time_this_iter_s", 0.0)) for rows in trials for r in rows)
     restores = sum(
         max(0, sum(1 for r in rows if r.get("iterations_since_restore") == 1) - 1)
