@@ -1,11 +1,13 @@
 """Time to target: wall time and env steps for a population to reach a mean return of 475
 on CartPole, comparing schedulers (PBT, PB2, ASHA+Optuna, random search; with RL Zoo's Optuna
-tuning as the user's alternative) or env runners (the workbench's fast one against RLlib's).
+tuning as the user's alternative), env runners (the workbench's fast one against RLlib's), or
+defaults (RLlib's runner and defaults against the workbench's: before and after).
 
 Usage::
 
     .venv/bin/python benchmarks/time_to_target.py --compare schedulers --seeds 0,1,2 --zoo
     .venv/bin/python benchmarks/time_to_target.py --compare runners --seeds 0,1
+    .venv/bin/python benchmarks/time_to_target.py --compare defaults --seeds 0,1,2
     # each run ~1.5-5 min on a 2-core machine; --zoo needs `make zoo-venv`
     .venv/bin/python benchmarks/time_to_target.py --quick          # a smoke run (the test)
 
@@ -103,9 +105,17 @@ def _numeric_space() -> str:
 
 def arms(compare: str) -> tuple[Arm, ...]:
     if compare == "runners":
+        # The runner alone: both arms keep RLlib's defaults for the rest.
         return (
-            Arm("fast", EXPERIMENT, ("env_runner=fast",), population_based=True),
-            Arm("rllib", EXPERIMENT, ("env_runner=rllib",), population_based=True),
+            Arm("fast", EXPERIMENT, ("env_runner=fast", "defaults=rllib"), population_based=True),
+            Arm("rllib", EXPERIMENT, ("env_runner=rllib", "defaults=rllib"), population_based=True),
+        )
+    if compare == "defaults":
+        # Before and after: RLlib's runner and defaults, then the main experiment as it
+        # ships (the fast runner and the small-env defaults, workbench/defaults.py).
+        return (
+            Arm("rllib", EXPERIMENT, ("env_runner=rllib", "defaults=rllib"), population_based=True),
+            Arm("workbench", EXPERIMENT, (), population_based=True),
         )
     return (
         Arm("pbt", EXPERIMENT, EQUAL_BUDGET, population_based=True),
@@ -333,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--compare",
-        choices=("schedulers", "runners"),
+        choices=("schedulers", "runners", "defaults"),
         default="schedulers",
-        help="schedulers: pbt, pb2, asha_optuna, random; runners: fast vs rllib (PBT)",
+        help="schedulers: pbt, pb2, asha_optuna, random; runners: fast vs rllib (PBT, RLlib's "
+        "defaults); defaults: RLlib's runner and defaults vs the workbench's (PBT)",
     )
     parser.add_argument("--arms", default=None, help="comma-separated subset of the arms")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")

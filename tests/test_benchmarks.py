@@ -182,6 +182,56 @@ def test_time_to_target_scheduler_arms_share_one_budget(tmp_path: Path) -> None:
     assert spaces["asha_optuna"] == spaces["random"] == spaces["pbt"]
 
 
+def test_time_to_target_defaults_arms_are_before_and_after(tmp_path: Path) -> None:
+    ttt = _benchmark("time_to_target")
+    resolved = {
+        arm.name: load_and_resolve(
+            arm.experiment, [*arm.overrides(1), f"storage={tmp_path}"], check_results=False
+        )
+        for arm in ttt.arms("defaults")
+    }
+    assert list(resolved) == ["rllib", "workbench"]
+    before, after = resolved["rllib"], resolved["workbench"]
+    assert (before.experiment.env_runner, before.defaults.name) == ("rllib", "rllib")
+    # The main experiment as it ships: the fast runner (auto) and the small-env defaults.
+    assert (after.experiment.env_runner, after.defaults.name) == ("auto", "small_env")
+    assert before.experiment.training == after.experiment.training
+    assert before.search_space == after.search_space
+    # The runner comparison keeps RLlib's defaults on both sides: the runner alone.
+    runners = [a.sets for a in ttt.arms("runners")]
+    assert all("defaults=rllib" in sets for sets in runners)
+
+
+def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "end_to_end.py"),
+            *("--rounds", "2", "--iterations", "1", "--batch", "256", "--seeds", "0"),
+            *("--target", "30", "--max-steps", "3000", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    rows = {row["arm"]: row for row in figures["throughput"]}
+    assert list(rows) == ["rllib_example", "rllib_example_sim_ext", "fast_runner_only", "workbench"]
+    assert rows["rllib_example"]["vs_example"] == 1.0
+    for row in rows.values():
+        assert len(row["rounds"]) == 2 and all(r > 0 for r in row["rounds"])
+        assert 0 < row["sampling_share"] < 1
+    # The workbench arm is built by the workbench, with its small-env defaults.
+    assert "defaults: small_env" in result.stderr
+    learning = figures["learning"]
+    assert [r["arm"] for r in learning] == ["rllib_example", "workbench"]
+    assert all(r["seed"] == 0 and r["best"] > 0 for r in learning)
+    assert "time to 30" in result.stdout
+
+
 def test_zoo_reference_counts_steps_and_finds_the_crossing() -> None:
     zoo = _benchmark("zoo_reference")
     # The mean of the episodes that ended in each block of 100 env steps.

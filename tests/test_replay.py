@@ -297,6 +297,9 @@ def population(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> dic
                     "perturbation_interval": 2,
                     "quantile_fraction": 0.5,
                     "resample_probability": 0.5,
+                    # Synchronous: at iterations 2 and 4 the worse of the two is always
+                    # exploited (asynchronously, only when it is the later to report).
+                    "synch": True,
                 },
                 "population": 2,
                 "stop": {"iterations": 6},

@@ -8,8 +8,9 @@ from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.algorithms import FAST_RUNNER_ALGORITHMS, config_class
+from workbench.defaults import Defaults
 from workbench.resolve import ResolvedExperiment
-from workbench.rllib_callbacks import WorkbenchCallbacks
+from workbench.rllib_callbacks import callbacks_class
 
 SIM_EXT_PREFIX = "sim_ext/"
 SEED_KEY = "seed"
@@ -74,15 +75,27 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
             num_cpus_per_learner=res.cpus_per_learner,
         )
         .training(**exp.training)
-        .callbacks(WorkbenchCallbacks)
+        .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
         .debugging(seed=exp.seed)
     )
+    apply_defaults(config, resolved.defaults)
     if exp.env_runner == "fast" or (
         exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
     ):
         from workbench.fast_runner import FastEnvRunner
 
         config.env_runners(env_runner_cls=FastEnvRunner)
+    return config
+
+
+def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConfig:
+    """The model and minibatch the experiment's defaults give (workbench/defaults.py);
+    the torch threads go with the callbacks class."""
+    if defaults.model:
+        config.rl_module(model_config=dict(defaults.model))
+    minibatch = defaults.minibatch_size(int(config.train_batch_size_per_learner))
+    if minibatch is not None:
+        config.training(minibatch_size=minibatch)
     return config
 
 

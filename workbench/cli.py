@@ -67,6 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resolved = load_and_resolve(args.file, args.set or [])
     if args.dry_run:
         print(yaml.safe_dump(describe(resolved), sort_keys=False).rstrip())
+        print(f"# {resolved.defaults.summary()}")
         exp = resolved.experiment
         grid = 1
         for spec in resolved.search_space.values():
@@ -81,6 +82,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     from workbench.launch import run
 
+    print(resolved.defaults.summary())
     summary = run(resolved, address=args.address, dashboard=args.dashboard)
     print("\n".join(summary.lines()))
     return _exit_code(summary)
@@ -132,10 +134,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         population_statuses,
         resume,
     )
-    from workbench.resolve import load_and_resolve
+    from workbench.resolve import load_saved
 
     results_dir = find_results_dir(args.target)
-    resolved = load_and_resolve(results_dir / RESOLVED_FILE, check_results=False)
+    resolved = load_saved(results_dir / RESOLVED_FILE)
     statuses = population_statuses(results_dir)
     errored = [t for t, s in statuses.items() if s == "ERROR"]
     if (

@@ -163,15 +163,17 @@ def _source_experiment(client: Any, population: Any, uri: str) -> tuple[dict[str
     """The population's saved experiment file: in its results folder, else the copy the
     tracker logged to the parent run."""
     from workbench.launch import RESOLVED_FILE
+    from workbench.resolve import saved_defaults
     from workbench.schema import read_yaml
 
     local = Path(population.results_dir) / RESOLVED_FILE if population.results_dir else None
     if local is not None and local.is_file():
-        return read_yaml(local), str(local)
+        return saved_defaults(read_yaml(local)), str(local)
     if RESOLVED_FILE in {a.path for a in client.list_artifacts(population.run_id)}:
         with tempfile.TemporaryDirectory() as tmp:
             path = client.download_artifacts(population.run_id, RESOLVED_FILE, tmp)
-            return read_yaml(Path(path)), f"{uri} run {population.run_id}: {RESOLVED_FILE}"
+            where = f"{uri} run {population.run_id}: {RESOLVED_FILE}"
+            return saved_defaults(read_yaml(Path(path))), where
     raise ExperimentError.single(
         uri,
         "",

@@ -14,6 +14,7 @@ import gymnasium as gym
 from pydantic import ValidationError
 
 import sim_ext
+from workbench import defaults as wb_defaults
 from workbench.algorithms import ALGORITHMS, training_parameters, tune_key
 from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
 from workbench.schema import (
@@ -46,6 +47,9 @@ class ResolvedExperiment:
     results_dir: Path
     search_space_file: Path | None = None
     discrete_actions: bool = True
+    defaults: wb_defaults.Defaults = field(
+        default_factory=lambda: wb_defaults.Defaults("rllib", "not resolved")
+    )
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -62,7 +66,7 @@ def resolve(
     algo = experiment.algorithm
     valid_params = training_parameters(algo)
 
-    discrete = _check_env(experiment, where, problems)
+    discrete, observation_space = _check_env(experiment, where, problems)
     info = ALGORITHMS[algo]
     for kind, wanted, able in (
         ("discrete", True, info.discrete_actions),
@@ -120,6 +124,7 @@ def resolve(
     _check_search(experiment, space, where, problems)
     replayed = _check_replay(experiment, space, valid_params, where, problems)
     _check_combinations(experiment, where, problems)
+    _check_model(experiment, where, problems)
 
     results_dir = Path(experiment.storage).expanduser().resolve() / experiment.name
     if check_results:
@@ -127,6 +132,14 @@ def resolve(
     if problems:
         raise ExperimentError(problems)
     keys = {name: tune_key(algo, name) for name in [*space, *replayed]}
+    chosen = wb_defaults.choose(
+        wanted=experiment.defaults,
+        algorithm=algo,
+        observation_space=observation_space,
+        model=experiment.model,
+        fixed=experiment.training,
+        searched=set(space) | set(replayed),
+    )
     return ResolvedExperiment(
         experiment=experiment,
         file=file,
@@ -135,6 +148,7 @@ def resolve(
         results_dir=results_dir,
         search_space_file=space_file,
         discrete_actions=bool(discrete),
+        defaults=chosen,
     )
 
 
@@ -145,8 +159,26 @@ def load_and_resolve(
     return resolve(load_experiment(file, overrides), file, check_results=check_results)
 
 
-def _check_env(experiment: Experiment, where: str, problems: list[Problem]) -> bool | None:
-    """Builds the env once (its constructor checks env_config); True if actions are discrete."""
+def saved_defaults(data: Any) -> Any:
+    """A saved experiment (a results folder's, or its MLflow copy) from before the
+    ``defaults`` field trained with RLlib's defaults: read it so, whatever 'auto' picks now,
+    or its checkpoints would not fit the networks built for them."""
+    if isinstance(data, dict) and "defaults" not in data:
+        return {**data, "defaults": "rllib"}
+    return data
+
+
+def load_saved(path: Path) -> ResolvedExperiment:
+    """A results folder's saved experiment, resolved for resuming it."""
+    overrides = [] if "defaults" in (read_yaml(path) or {}) else ["defaults=rllib"]
+    return load_and_resolve(path, overrides, check_results=False)
+
+
+def _check_env(
+    experiment: Experiment, where: str, problems: list[Problem]
+) -> tuple[bool | None, gym.Space[Any] | None]:
+    """Builds the env once (its constructor checks env_config): whether its actions are
+    discrete (None: unsupported or not built), and its observation space."""
     env_id = experiment.env.id
     known = set(gym.registry)
     if env_id not in known:
@@ -158,22 +190,62 @@ def _check_env(experiment: Experiment, where: str, problems: list[Problem]) -> b
                 f"{did_you_mean(env_id, known)}; sim_ext ids: {one_of(sim_ext.env_ids())}",
             )
         )
-        return None
+        return None, None
     try:
         env = gym.make(env_id, **experiment.env.config)
     except (TypeError, ValueError) as err:
         problems.append(Problem(where, "env.config", str(err)))
-        return None
+        return None, None
     try:
         space = env.action_space
         if isinstance(space, gym.spaces.Discrete):
-            return True
+            return True, env.observation_space
         if isinstance(space, gym.spaces.Box):
-            return False
+            return False, env.observation_space
         problems.append(Problem(where, "env.id", f"action space {space} is not supported"))
-        return None
+        return None, env.observation_space
     finally:
         env.close()  # type: ignore[no-untyped-call]
+
+
+def _check_model(experiment: Experiment, where: str, problems: list[Problem]) -> None:
+    """The model section names DefaultModelConfig fields; small_env fits its algorithm."""
+    valid = wb_defaults.model_fields()
+    for name, value in experiment.model.items():
+        if name not in valid:
+            problems.append(
+                Problem(
+                    where,
+                    f"model.{name}",
+                    f"RLlib's DefaultModelConfig has no field {name!r}"
+                    f"{did_you_mean(name, valid)}; valid: {one_of(valid)}",
+                )
+            )
+        elif name.endswith("_hiddens") and not (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        ):
+            problems.append(
+                Problem(
+                    where,
+                    f"model.{name}",
+                    f"{value!r} is not a list of layer sizes; give positive integers, "
+                    "e.g. [64, 64]",
+                )
+            )
+    if (
+        experiment.defaults == "small_env"
+        and experiment.algorithm not in wb_defaults.SMALL_ENV_ALGORITHMS
+    ):
+        problems.append(
+            Problem(
+                where,
+                "defaults",
+                f"'small_env' sets the on-policy MLP modules of "
+                f"{', '.join(wb_defaults.SMALL_ENV_ALGORITHMS)}, not {experiment.algorithm}'s; "
+                "use 'auto' or 'rllib' (and the model section for the network)",
+            )
+        )
 
 
 def _search_space(
@@ -418,4 +490,7 @@ def describe(resolved: ResolvedExperiment) -> dict[str, Any]:
         "params": {n: s.model_dump(exclude_none=True) for n, s in resolved.search_space.items()},
     }
     data["results_dir"] = str(resolved.results_dir)
+    # Concrete, so that a resume rebuilds the same networks whatever 'auto' would pick then.
+    data["defaults"] = resolved.defaults.name
+    data["model"] = dict(resolved.defaults.model)
     return data

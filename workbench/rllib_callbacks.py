@@ -31,6 +31,13 @@ def reset_optimizer_lr(learner: Learner) -> dict[str, float]:
     return applied
 
 
+def set_torch_threads(threads: int) -> int:
+    import torch
+
+    torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
 def tracked_values(metrics: Any) -> dict[str, float]:
     """The timers and counters `diagnosis.iteration_split` needs from before an iteration,
     read from an Algorithm's MetricsLogger (empty in a new trial; a checkpoint's after a
@@ -50,7 +57,17 @@ class WorkbenchCallbacks(RLlibCallback):
         # The tracked timers (EMAs) and counters as they were before the next iteration.
         self._before: dict[str, float] = {}
 
+    # torch intra-op threads in the trial's process and its CPU learners; None leaves
+    # them to Ray, which sets OMP_NUM_THREADS to an actor's whole CPUs (at least one).
+    torch_threads: int | None = None
+
     def on_algorithm_init(self, *, algorithm: Any, **kwargs: Any) -> None:
+        if self.torch_threads is not None:
+            set_torch_threads(self.torch_threads)
+            learner_group = getattr(algorithm, "learner_group", None)
+            if learner_group is not None and learner_group.is_remote:
+                threads = self.torch_threads
+                learner_group.foreach_learner(lambda _learner: set_torch_threads(threads))
         self._before = tracked_values(algorithm.metrics)
 
     def on_checkpoint_loaded(self, *, algorithm: Any, **kwargs: Any) -> None:
@@ -68,3 +85,18 @@ class WorkbenchCallbacks(RLlibCallback):
         split = diagnosis.iteration_split(flat, self._before, facts)
         result[diagnosis.PREFIX] = split.metrics()
         self._before = {**self._before, **diagnosis.snapshot(flat)}
+
+
+class OneTorchThreadCallbacks(WorkbenchCallbacks):
+    """WorkbenchCallbacks with one torch thread per trial process (small-env defaults)."""
+
+    torch_threads = 1
+
+
+def callbacks_class(*, torch_threads: int | None) -> type[WorkbenchCallbacks]:
+    """The callbacks class of a trial: a module-level class, so Tune can pickle configs."""
+    if torch_threads is None:
+        return WorkbenchCallbacks
+    if torch_threads == 1:
+        return OneTorchThreadCallbacks
+    raise ValueError(f"no callbacks class for {torch_threads} torch threads")

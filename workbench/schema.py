@@ -469,6 +469,20 @@ class Experiment(_Strict):
         "APPO, IMPALA on vector envs; several times RLlib's throughput, the same episodes), "
         "'rllib' RLlib's SingleAgentEnvRunner, 'auto' the fast one where it applies.",
     )
+    model: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The policy and value networks: fields of RLlib's DefaultModelConfig "
+        "(fcnet_hiddens, fcnet_activation, vf_share_layers, ...). Fields left out come from "
+        "`defaults`.",
+    )
+    defaults: Literal["auto", "small_env", "rllib"] = Field(
+        "auto",
+        description="What fills what the file leaves unset: 'small_env' the workbench's "
+        "defaults for small vector observations (a 64x64 tanh MLP per network, four "
+        "minibatches per PPO batch, one torch thread per trial process), 'rllib' RLlib's own "
+        "(a 256x256 MLP, minibatches of 128), 'auto' small_env for PPO, APPO and IMPALA on a "
+        "flat observation of at most 64 features, else rllib.",
+    )
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     storage: str = Field("results", description="Results folder; this run goes to storage/name.")
     seed: int = Field(0, description="Seeds searchers, PBT's choices and every trial's streams.")

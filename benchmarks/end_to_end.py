@@ -1,0 +1,287 @@
+"""End to end, one PPO trial: env steps per second with learning included, and the time to 475.
+
+The anchor is RLlib's tuned PPO example for CartPole (``rllib/tuned_examples/ppo/
+cartpole_ppo.py``: lr 3e-4, 6 epochs, vf_loss_coeff 0.01, one 32-unit linear layer
+shared by policy and value; RLlib's defaults for the rest, a 4,000-step train batch in
+minibatches of 128) with 8 envs, sampling and learning in the trial's one process on one
+core, as a Tune trial with one CPU runs it. The arms:
+
+* ``rllib_example``: that example as RLlib ships it: Gymnasium's CartPole-v1, RLlib's
+  ``SingleAgentEnvRunner`` (the anchor);
+* ``rllib_example_sim_ext``: the same on sim_ext's C++ CartPole (what the env alone buys);
+* ``fast_runner_only``: the same with the workbench's fast env runner (what the runner alone
+  buys: the learner is left as it was, Amdahl's law);
+* ``workbench``: the same hyperparameters (lr, epochs, vf_loss_coeff, batch, 8 envs) in a
+  workbench experiment that sets nothing else, built by the workbench (``resolve`` and
+  ``algorithm_config``): the fast runner and the small-env defaults (workbench/defaults.py:
+  64x64 tanh policy and value networks, four minibatches per batch, one torch thread).
+
+Throughput: every arm is built once, then each round runs ``--iterations`` ``train()`` calls
+of every arm in turn (interleaved); env steps sampled per wall second over those calls,
+median/min/max over the rounds, and each arm's median over the anchor's. The rows also give
+the sampling share of an iteration (RLlib's env-runner sampling timer over the iteration).
+
+Learning (``--seeds``): per seed, ``rllib_example`` and ``workbench`` each trained from a
+fresh build until the iteration's mean return reaches 475 (or the budget): env steps and
+wall seconds to 475. Throughput means nothing if learning per env step got worse.
+
+    .venv/bin/python benchmarks/end_to_end.py [--rounds 5] [--iterations 3] [--seeds 0,1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# rllib/tuned_examples/ppo/cartpole_ppo.py (Ray 2.60)
+EXAMPLE_TRAINING: dict[str, Any] = {"lr": 3e-4, "num_epochs": 6, "vf_loss_coeff": 0.01}
+EXAMPLE_MODEL: dict[str, Any] = {
+    "fcnet_hiddens": [32],
+    "fcnet_activation": "linear",
+    "vf_share_layers": True,
+}
+ENVS = 8
+BATCH = 4000  # RLlib's PPO default train batch, which the example keeps
+ARMS = ("rllib_example", "rllib_example_sim_ext", "fast_runner_only", "workbench")
+LEARNING_ARMS = ("rllib_example", "workbench")
+
+
+def example_config(env: str, *, fast: bool, seed: int, batch: int) -> Any:
+    """RLlib's tuned CartPole example, sampling in the trial's process with 8 envs."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from workbench.algorithm_config import register_env
+    from workbench.fast_runner import FastEnvRunner
+
+    sim = env.startswith("sim_ext/")
+    config = (
+        PPOConfig()
+        .environment(env=register_env(env) if sim else env)
+        .env_runners(
+            num_env_runners=0,
+            num_envs_per_env_runner=ENVS,
+            gym_env_vectorize_mode="vector_entry_point" if sim else "sync",
+        )
+        .rl_module(model_config=dict(EXAMPLE_MODEL))
+        .training(**EXAMPLE_TRAINING, train_batch_size_per_learner=batch)
+        .debugging(seed=seed)
+    )
+    if fast:
+        config.env_runners(env_runner_cls=FastEnvRunner)
+    return config
+
+
+def workbench_config(seed: int, batch: int, folder: Path) -> Any:
+    """The example's hyperparameters in a workbench experiment, built as `workbench run`
+    builds a trial's config (everything else: the workbench's defaults)."""
+    import yaml
+
+    from workbench.algorithm_config import algorithm_config
+    from workbench.resolve import load_and_resolve
+
+    experiment = {
+        "name": "end_to_end",
+        "algorithm": "PPO",
+        "env": {"id": "sim_ext/CartPole-v1"},
+        "training": {**EXAMPLE_TRAINING, "train_batch_size_per_learner": batch},
+        "resources": {"env_runners": {"count": 0, "envs_per_runner": ENVS}},
+        "stop": {"return_mean": 475},
+        "population": 1,
+        "seed": seed,
+        "storage": str(folder),
+    }
+    path = folder / "end_to_end.yaml"
+    path.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    resolved = load_and_resolve(path, check_results=False)
+    print(f"  workbench {resolved.defaults.summary()}", file=sys.stderr)
+    return algorithm_config(resolved).debugging(seed=seed)
+
+
+def builder(arm: str, batch: int, folder: Path) -> Callable[[int], Any]:
+    sim = "sim_ext/CartPole-v1"
+    if arm == "rllib_example":
+        return lambda seed: example_config("CartPole-v1", fast=False, seed=seed, batch=batch)
+    if arm == "rllib_example_sim_ext":
+        return lambda seed: example_config(sim, fast=False, seed=seed, batch=batch)
+    if arm == "fast_runner_only":
+        return lambda seed: example_config(sim, fast=True, seed=seed, batch=batch)
+    if arm == "workbench":
+        return lambda seed: workbench_config(seed, batch, folder)
+    raise ValueError(arm)
+
+
+def build(config: Any) -> Any:
+    import torch
+
+    algo = config.build_algo()
+    # One CPU per trial: Ray gives a 1-CPU trial actor OMP_NUM_THREADS=1; the workbench's
+    # callbacks set it too. The same for every arm, in this one process.
+    torch.set_num_threads(1)
+    return algo
+
+
+def timed_iterations(algo: Any, iterations: int) -> tuple[float, float]:
+    """Env steps per second over `iterations` train() calls, and the sampling share."""
+    steps = 0.0
+    sampling = 0.0
+    start = time.perf_counter()
+    for _ in range(iterations):
+        before = time.perf_counter()
+        result = algo.train()
+        took = time.perf_counter() - before
+        steps += float(result["env_runners"]["num_env_steps_sampled"])
+        sample_s = result.get("timers", {}).get("env_runner_sampling_timer")
+        sampling += min(float(sample_s), took) if sample_s is not None else float("nan")
+    elapsed = time.perf_counter() - start
+    return steps / elapsed, sampling / elapsed
+
+
+def time_to_target(
+    algo: Any, target: float, max_steps: int, max_s: float
+) -> tuple[int | None, float, float, int]:
+    """Trains until an iteration's mean return reaches `target`: (env steps then, seconds,
+    best return, iterations)."""
+    start = time.perf_counter()
+    best = float("-inf")
+    steps = 0
+    iterations = 0
+    while steps < max_steps and time.perf_counter() - start < max_s:
+        result = algo.train()
+        iterations += 1
+        steps = int(result["num_env_steps_sampled_lifetime"])
+        value = result["env_runners"].get("episode_return_mean")
+        if value is not None and value == value:
+            best = max(best, float(value))
+            if value >= target:
+                return steps, time.perf_counter() - start, best, iterations
+    return None, time.perf_counter() - start, best, iterations
+
+
+def _stats(values: list[float], fmt: str = ",.0f") -> str:
+    if not values:
+        return "-"
+    return (
+        f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+        if len(values) > 1
+        else f"{values[0]:{fmt}}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=3, help="train() calls per round")
+    parser.add_argument("--seeds", default="0,1,2", help="learning runs ('' to skip)")
+    parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--max-steps", type=int, default=400_000)
+    parser.add_argument("--max-seconds", type=float, default=240.0)
+    parser.add_argument("--batch", type=int, default=BATCH, help="train batch (the test: less)")
+    parser.add_argument("--core", type=int, default=None, help="pin to this CPU (default: last)")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    import ray
+    import torch
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    folder = Path(tempfile.mkdtemp(prefix="end_to_end-"))
+    print("command:", " ".join([sys.executable, *sys.argv]))
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, "
+        f"ray {ray.__version__}, one core (#{core}), {ENVS} envs, train batch {args.batch}, "
+        f"{args.rounds} interleaved rounds of {args.iterations} iterations per arm"
+    )
+    out: dict[str, Any] = {"throughput": [], "learning": []}
+
+    algos = {arm: build(builder(arm, args.batch, folder)(0)) for arm in ARMS}
+    rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    shares: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    try:
+        for arm in ARMS:  # warm: the first iteration pays for lazy set-up
+            algos[arm].train()
+        for round_ in range(args.rounds):
+            for arm in ARMS:
+                rate, share = timed_iterations(algos[arm], args.iterations)
+                rates[arm].append(rate)
+                shares[arm].append(share)
+            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        for algo in algos.values():
+            algo.stop()
+
+    anchor = statistics.median(rates[ARMS[0]])
+    print("\nenv steps per second, learning included (one PPO trial, one core)")
+    print(f"{'arm':<24} {'median':>9} {'min':>9} {'max':>9} {'vs example':>11} {'sampling':>9}")
+    for arm in ARMS:
+        values = rates[arm]
+        median = statistics.median(values)
+        share = statistics.median(shares[arm])
+        print(
+            f"{arm:<24} {median:>9,.0f} {min(values):>9,.0f} {max(values):>9,.0f} "
+            f"{median / anchor:>10.2f}x {100 * share:>8.0f}%"
+        )
+        out["throughput"].append(
+            {
+                "arm": arm,
+                "median": median,
+                "min": min(values),
+                "max": max(values),
+                "vs_example": median / anchor,
+                "sampling_share": share,
+                "rounds": values,
+            }
+        )
+
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if seeds:
+        print(f"\ntime to {args.target:g} (an iteration's mean return), per seed")
+        print(f"{'seed':>4} {'arm':<14} {'env steps':>10} {'seconds':>8} {'iterations':>10} best")
+    for seed in seeds:
+        order = LEARNING_ARMS if seed % 2 == 0 else LEARNING_ARMS[::-1]
+        for arm in order:
+            algo = build(builder(arm, args.batch, folder)(seed))
+            try:
+                steps, seconds, best, iterations = time_to_target(
+                    algo, args.target, args.max_steps, args.max_seconds
+                )
+            finally:
+                algo.stop()
+            shown = f"{steps:,}" if steps is not None else "-"
+            print(f"{seed:>4} {arm:<14} {shown:>10} {seconds:>8.1f} {iterations:>10} {best:.1f}")
+            out["learning"].append(
+                {"seed": seed, "arm": arm, "env_steps": steps, "seconds": seconds, "best": best}
+            )
+    if seeds:
+        print("\nmedian [min-max] over seeds, runs that reached the target")
+        for arm in LEARNING_ARMS:
+            runs = [r for r in out["learning"] if r["arm"] == arm and r["env_steps"] is not None]
+            print(
+                f"{arm:<14} reached {len(runs)}/{len(seeds)}: env steps "
+                f"{_stats([r['env_steps'] for r in runs])}, seconds "
+                f"{_stats([r['seconds'] for r in runs], '.1f')}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
