@@ -9,7 +9,8 @@ defaults are those of CleanRL and Stable-Baselines3 for classic control: a 64x64
 for the policy and another for the value function, and four minibatches per train batch;
 plus one torch thread per trial process (a second thread buys nothing at this size and
 costs when trials share cores). `benchmarks/end_to_end.py` measures the difference; the
-fields the file sets (``model``, ``training``, the search space) always win.
+fields the file sets (``model``, ``training``, the search space) always win. 'auto' keeps
+RLlib's defaults for continuous actions: on Pendulum the small networks learned far slower.
 """
 
 from __future__ import annotations
@@ -87,10 +88,17 @@ def model_fields() -> list[str]:
     return [f.name for f in fields(DefaultModelConfig)]
 
 
-def small_env_applies(algorithm: str, observation_space: gym.Space[Any] | None) -> str | None:
+def small_env_applies(
+    algorithm: str, observation_space: gym.Space[Any] | None, discrete_actions: bool | None
+) -> str | None:
     """Why the small-env defaults do not fit (None: they do)."""
     if algorithm not in SMALL_ENV_ALGORITHMS:
         return f"{algorithm} is not one of {', '.join(SMALL_ENV_ALGORITHMS)}"
+    if discrete_actions is not True:
+        # Measured: PPO on sim_ext Pendulum (experiments/pendulum_pb2.yaml) with 64x64
+        # networks was still at about -1000 after 144k env steps, where RLlib's 256x256
+        # reached -188 after 80k.
+        return "continuous actions (the small networks learned Pendulum far slower)"
     if observation_space is None:
         return "the observation space is unknown"
     features = observation_features(observation_space)
@@ -106,15 +114,17 @@ def choose(
     wanted: str,
     algorithm: str,
     observation_space: gym.Space[Any] | None,
+    discrete_actions: bool | None,
     model: dict[str, Any],
     fixed: dict[str, Any],
     searched: set[str],
 ) -> Defaults:
-    """The defaults for an experiment: `wanted` is its ``defaults`` field (auto, small_env,
-    rllib), `model` its ``model`` section, `fixed` its ``training`` section, `searched` the
+    """The defaults for an experiment. `wanted` is its ``defaults`` field (auto,
+    small_env, rllib), `discrete_actions` whether its env's actions are discrete,
+    `model` its ``model`` section, `fixed` its ``training`` section and `searched` the
     names its search space varies. resolve.py has already refused small_env where it
     cannot apply (algorithms other than SMALL_ENV_ALGORITHMS)."""
-    unfit = small_env_applies(algorithm, observation_space)
+    unfit = small_env_applies(algorithm, observation_space, discrete_actions)
     if wanted == "rllib":
         return Defaults("rllib", "the file asks for them", model=dict(model))
     if wanted == "auto" and unfit is not None:

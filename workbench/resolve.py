@@ -136,6 +136,7 @@ def resolve(
         wanted=experiment.defaults,
         algorithm=algo,
         observation_space=observation_space,
+        discrete_actions=discrete,
         model=experiment.model,
         fixed=experiment.training,
         searched=set(space) | set(replayed),

@@ -480,8 +480,8 @@ class Experiment(_Strict):
         description="What fills what the file leaves unset: 'small_env' the workbench's "
         "defaults for small vector observations (a 64x64 tanh MLP per network, four "
         "minibatches per PPO batch, one torch thread per trial process), 'rllib' RLlib's own "
-        "(a 256x256 MLP, minibatches of 128), 'auto' small_env for PPO, APPO and IMPALA on a "
-        "flat observation of at most 64 features, else rllib.",
+        "(a 256x256 MLP, minibatches of 128), 'auto' small_env for PPO, APPO and IMPALA with "
+        "discrete actions on a flat observation of at most 64 features, else rllib.",
     )
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     storage: str = Field("results", description="Results folder; this run goes to storage/name.")
