@@ -24,8 +24,8 @@ def test_run_prints_the_summary_then_refuses_to_overwrite(tmp_path: Path) -> Non
                 "env": {"id": "sim_ext/CartPole-v1"},
                 "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128},
                 "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
-                "scheduler": {"type": "pbt", "perturbation_interval": 2},
-                "population": 4,
+                "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
+                "population": 2,
                 "stop": {"iterations": 4},
                 "checkpoint": {"frequency": 2},
                 "storage": str(tmp_path / "results"),
@@ -41,7 +41,7 @@ def test_run_prints_the_summary_then_refuses_to_overwrite(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    assert "Experiment tiny: 4 trials, 0 errored" in out
+    assert "Experiment tiny: 2 trials, 0 errored" in out
     assert "Best trial PPO_0000" in out and "after 3 iterations" in out
     assert f"Results: {tmp_path / 'results' / 'tiny'}" in out
     # The live table: one line per trial with the searched hyperparameter.

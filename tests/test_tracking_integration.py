@@ -55,6 +55,8 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
         "stop": {"iterations": 8},
         "checkpoint": {"frequency": 1, "keep": 3},
         "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
+        # The end-of-run evaluation is tests/test_evaluate.py's subject, not this file's.
+        "evaluation": {"at_end": "none"},
         "storage": str(tmp_path / "results"),
         **fields,
     }

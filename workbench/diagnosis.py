@@ -638,8 +638,9 @@ def _recommend(d: Diagnosis) -> None:
     elif verdict == "learner-bound":
         rec.append(
             f"the learner is the limit: {arithmetic} ({_runners_now(s)}); {amdahl}. Make the "
-            "update cheaper or faster: fewer num_epochs, a larger minibatch_size, a GPU "
-            "learner (resources.gpus_per_learner) or more learners (resources.num_learners)"
+            "update cheaper or faster: fewer num_epochs, a larger minibatch_size, smaller "
+            "networks (model.fcnet_hiddens; `defaults: small_env` for small observations), a "
+            "GPU learner (resources.gpus_per_learner) or more learners (resources.num_learners)"
         )
     elif verdict == "sync-bound":
         rec.append(
