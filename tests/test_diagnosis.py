@@ -505,6 +505,9 @@ def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
         env={"id": "sim_ext/CartPole-v1", "config": {"substeps": 100_000}},
         search_space={"params": {"num_epochs": {"grid": [1, 30]}}},
         search={"type": "grid"},
+        # RLlib's 256x256 networks: 30 epochs over them outweigh the physics for certain;
+        # the small-env 64x64 ones made the 30-epoch trial a near tie (51% sampling).
+        defaults="rllib",
     )
     summary = run(load_and_resolve(experiment), progress_interval_s=1e9)
     assert summary.errors == 0 and len(summary.trials) == 2
