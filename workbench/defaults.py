@@ -49,16 +49,6 @@ class Defaults:
             return None
         return max(1, train_batch_size // self.minibatches)
 
-    def describe(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name, "reason": self.reason}
-        if self.model:
-            data["model"] = dict(self.model)
-        if self.minibatches is not None:
-            data["minibatches_per_batch"] = self.minibatches
-        if self.torch_threads is not None:
-            data["torch_threads"] = self.torch_threads
-        return data
-
     def summary(self) -> str:
         """One line for the start of a run."""
         if self.name != "small_env":

@@ -170,8 +170,11 @@ def saved_defaults(data: Any) -> Any:
 
 
 def load_saved(path: Path) -> ResolvedExperiment:
-    """A results folder's saved experiment, resolved for resuming it."""
-    overrides = [] if "defaults" in (read_yaml(path) or {}) else ["defaults=rllib"]
+    """A results folder's saved experiment, resolved for resuming it (saved_defaults'
+    reading of files from before the ``defaults`` field, as an override)."""
+    raw = read_yaml(path)
+    pinned = saved_defaults(raw)
+    overrides = [] if pinned is raw else [f"defaults={pinned['defaults']}"]
     return load_and_resolve(path, overrides, check_results=False)
 
 
