@@ -79,7 +79,20 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float
 
 def test_pbt_population_in_mlflow(tmp_path: Path, local_ray: None) -> None:
     # Exploits at iterations 2 and 4: quantile 0.5 of 4 trials, the bottom two clone.
-    resolved = load_and_resolve(_experiment(tmp_path, stop={"iterations": 6}))
+    # Synchronous, so the exploits are certain: asynchronous PBT on two cores can
+    # let a slow top trial miss its checkpoint and skip every exploit (seen in CI).
+    resolved = load_and_resolve(
+        _experiment(
+            tmp_path,
+            stop={"iterations": 6},
+            scheduler={
+                "type": "pbt",
+                "perturbation_interval": 2,
+                "quantile_fraction": 0.5,
+                "synch": True,
+            },
+        )
+    )
     summary = run(resolved, progress_interval_s=1e9)
     assert summary.errors == 0
     assert summary.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
