@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import settings
@@ -25,3 +26,69 @@ def _no_ray_left_running() -> Iterator[None]:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def pbt_population(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One real PBT population, shared by the tests whose subject it is (its MLflow
+    record, its lineage, its exploits' hyperparameters, the schedule exported from it):
+    four PPO trials on sim_ext CartPole, three searched values with resampling,
+    synchronous PBT deciding at iterations 2 and 4 (so the exploits are certain: the
+    bottom two clone the top two each time), a checkpoint every iteration with the
+    three PBT needs kept, the probe learner reporting what each iteration's first gradient step
+    used, tracked in an sqlite MLflow store.
+    """
+    import ray
+    import yaml
+
+    import tests.probes as probes
+    from workbench.launch import run
+    from workbench.resolve import load_and_resolve
+
+    root = tmp_path_factory.mktemp("pbt_population")
+    path = root / "pbt.yaml"
+    path.write_text(yaml.safe_dump({**PBT_POPULATION, "storage": str(root / "results")}))
+    resolved = load_and_resolve(path)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(probes)  # Ray workers cannot import tests/
+    try:
+        summary = run(
+            resolved,
+            configure=lambda c: c.learners(learner_class=probes.ProbeLearner),
+            progress_interval_s=1e9,
+        )
+    finally:
+        if started:
+            ray.shutdown()
+    return SimpleNamespace(root=root, resolved=resolved, summary=summary)
+
+
+PBT_BOUNDS = {"lr": (1e-5, 1e-2), "clip_param": (0.1, 0.4), "entropy_coeff": (0.0, 0.02)}
+PBT_POPULATION = {
+    "name": "pbt",
+    "algorithm": "PPO",
+    "env": {"id": "sim_ext/CartPole-v1"},
+    "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2},
+    "search_space": {
+        "params": {
+            "lr": {"loguniform": list(PBT_BOUNDS["lr"])},
+            "clip_param": {"uniform": list(PBT_BOUNDS["clip_param"])},
+            "entropy_coeff": {"uniform": list(PBT_BOUNDS["entropy_coeff"])},
+        }
+    },
+    "scheduler": {
+        "type": "pbt",
+        "perturbation_interval": 2,
+        "quantile_fraction": 0.5,
+        "resample_probability": 0.5,
+        "synch": True,
+    },
+    "population": 4,
+    "stop": {"iterations": 6},
+    "checkpoint": {"frequency": 1, "keep": 3},
+    "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
+    # The end-of-run evaluation is tests/test_evaluate.py's subject.
+    "evaluation": {"at_end": "none"},
+}

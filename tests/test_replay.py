@@ -270,54 +270,21 @@ def local_ray() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def population(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A small PBT population with exploits, tracked in MLflow, and a trial that one
-    of them changed."""
-    from workbench.launch import run
+def population(
+    pbt_population: SimpleNamespace, local_ray: None, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """tests/conftest.py's PBT population (exploits certain, tracked in MLflow), and
+    the schedules exported from it: of a trial that an exploit changed, and the best's."""
     from workbench.lineage import read_jsonl
 
-    tmp = tmp_path_factory.mktemp("pbt")
-    path = tmp / "pbt.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "pbt",
-                "algorithm": "PPO",
-                "env": {"id": "sim_ext/CartPole-v1"},
-                "training": SMALL_PPO,
-                "search_space": {
-                    "params": {
-                        "lr": {"loguniform": [1e-4, 1e-2]},
-                        "clip_param": {"uniform": [0.1, 0.4]},
-                        "entropy_coeff": {"uniform": [0.0, 0.02]},
-                    }
-                },
-                "scheduler": {
-                    "type": "pbt",
-                    "perturbation_interval": 2,
-                    "quantile_fraction": 0.5,
-                    "resample_probability": 0.5,
-                    # Synchronous: at iterations 2 and 4 the worse of the two is always
-                    # exploited (asynchronously, only when it is the later to report).
-                    "synch": True,
-                },
-                "population": 2,
-                "stop": {"iterations": 6},
-                "checkpoint": {"frequency": 2, "keep": 3},
-                "resources": {"env_runners": {"envs_per_runner": 4}},
-                "evaluation": {"at_end": "none"},
-                "storage": str(tmp / "results"),
-            }
-        )
-    )
-    resolved = load_and_resolve(path)
-    summary = run(resolved, progress_interval_s=1e9)
-    assert summary.errors == 0
+    resolved = pbt_population.resolved
+    assert pbt_population.summary.errors == 0
     records = read_jsonl(resolved.results_dir / "lineage.jsonl")
     assert records, "PBT never exploited: nothing to replay"
     # The last exploit's target: its final policy came through a change of values.
     changed = max(records, key=lambda r: r.seq).target_name
-    store = tmp / "results" / "mlflow.db"
+    store = pbt_population.root / "results" / "mlflow.db"
+    tmp = tmp_path_factory.mktemp("replay")
     out = tmp / "replay.yaml"
     args = ["export-schedule", "pbt", "--store", str(store), "--trial", changed, "-o", str(out)]
     assert main(args) == 0
@@ -359,11 +326,12 @@ def test_the_exported_schedule_is_the_lineage_stitched_schedule(
 
 @pytest.mark.slow
 def test_running_the_exported_file_applies_each_value_from_its_iteration_on(
-    population: dict[str, Any],
+    population: dict[str, Any], tmp_path: Path
 ) -> None:
     from workbench.launch import run
 
-    resolved = load_and_resolve(population["file"])
+    # Its own store: the source population's is shared with other tests.
+    resolved = load_and_resolve(population["file"], [f"storage={tmp_path}"])
     section = resolved.experiment.scheduler
     assert section.type == "replay"
     summary = run(

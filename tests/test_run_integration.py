@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import ray
 import yaml
 
 import tests.probes as probes
+from tests.conftest import PBT_BOUNDS
 from workbench.launch import run
 from workbench.resolve import load_and_resolve
 
@@ -67,36 +69,13 @@ def _exploits(rows: list[dict[str, Any]], keys: list[str]) -> list[int]:
     ]
 
 
-def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(tmp_path: Path) -> None:
-    bounds = {"lr": (1e-5, 1e-2), "clip_param": (0.1, 0.4), "entropy_coeff": (0.0, 0.02)}
-    path = _experiment(
-        tmp_path,
-        training=SMALL_PPO,
-        search_space={
-            "params": {
-                "lr": {"loguniform": list(bounds["lr"])},
-                "clip_param": {"uniform": list(bounds["clip_param"])},
-                "entropy_coeff": {"uniform": list(bounds["entropy_coeff"])},
-            }
-        },
-        scheduler={
-            "type": "pbt",
-            "perturbation_interval": 2,
-            "quantile_fraction": 0.5,
-            "resample_probability": 0.5,
-        },
-        population=2,
-        stop={"iterations": 12},
-        # A checkpoint every iteration and only 3 kept: Tune's own pruning deletes
-        # donors' checkpoints before the clones restore them.
-        checkpoint={"frequency": 1, "keep": 3},
-    )
-    resolved = load_and_resolve(path)
-    summary = run(
-        resolved,
-        configure=lambda c: c.learners(learner_class=probes.ProbeLearner),
-        progress_interval_s=1e9,
-    )
+def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(
+    pbt_population: SimpleNamespace,
+) -> None:
+    # tests/conftest.py's population: the probe learner, resampling, a checkpoint every
+    # iteration and three kept, so Tune prunes while clones restore donors' checkpoints.
+    bounds = PBT_BOUNDS
+    resolved, summary = pbt_population.resolved, pbt_population.summary
     assert summary.errors == 0, "a clone could not restore its donor's checkpoint"
 
     rows = _rows(resolved.results_dir)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -77,28 +78,15 @@ def _steps(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def test_pbt_population_in_mlflow(tmp_path: Path, local_ray: None) -> None:
-    # Exploits at iterations 2 and 4: quantile 0.5 of 4 trials, the bottom two clone.
-    # Synchronous, so the exploits are certain: asynchronous PBT on two cores can
-    # let a slow top trial miss its checkpoint and skip every exploit (seen in CI).
-    resolved = load_and_resolve(
-        _experiment(
-            tmp_path,
-            stop={"iterations": 6},
-            scheduler={
-                "type": "pbt",
-                "perturbation_interval": 2,
-                "quantile_fraction": 0.5,
-                "synch": True,
-            },
-        )
-    )
-    summary = run(resolved, progress_interval_s=1e9)
+def test_pbt_population_in_mlflow(tmp_path: Path, pbt_population: SimpleNamespace) -> None:
+    # tests/conftest.py's population: synchronous PBT deciding at iterations 2 and 4,
+    # quantile 0.5 of 4 trials, so the bottom two clone each time.
+    resolved, summary = pbt_population.resolved, pbt_population.summary
     assert summary.errors == 0
-    assert summary.tracking_uri == f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
+    assert summary.tracking_uri == f"sqlite:///{pbt_population.root / 'results' / 'mlflow.db'}"
 
     client = client_for(summary.tracking_uri)
-    population = find_population(client, "pop", summary.tracking_uri)
+    population = find_population(client, "pbt", summary.tracking_uri)
     assert population.status == "FINISHED"
     parents = client.search_runs(
         [population.experiment_id], filter_string="tags.`workbench.role` = 'population'"
@@ -181,16 +169,16 @@ def test_pbt_population_in_mlflow(tmp_path: Path, local_ray: None) -> None:
     } <= artifacts
 
     # The inspection commands read it back.
-    store = ["--store", str(tmp_path / "results")]
+    store = ["--store", str(pbt_population.root / "results")]
     board = subprocess.run(
-        [WORKBENCH, "runs", "pop", *store, "--json"], capture_output=True, text=True, check=True
+        [WORKBENCH, "runs", "pbt", *store, "--json"], capture_output=True, text=True, check=True
     )
     data = json.loads(board.stdout)
     assert len(data["trials"]) == 4
     best = data["trials"][0]
     assert best["best_return"] == max(t["best_return"] for t in data["trials"])
     lineage = subprocess.run(
-        [WORKBENCH, "lineage", "pop", *store], capture_output=True, text=True, check=True
+        [WORKBENCH, "lineage", "pbt", *store], capture_output=True, text=True, check=True
     )
     assert f"({len(ours)} exploits)" in lineage.stdout
     shown = subprocess.run(
