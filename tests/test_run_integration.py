@@ -198,7 +198,8 @@ def test_every_algorithm_runs_with_its_own_search_space(
     tmp_path: Path, algorithm: str, env_id: str, training: dict[str, Any]
 ) -> None:
     # IMPALA and SAC with their shipped search spaces (search_spaces/impala.yaml,
-    # sac.yaml) under FIFO: they build, sample, learn and report.
+    # sac.yaml) under FIFO: they build, sample, learn and report. Iterations of at
+    # least 2 s, not IMPALA's own 10 s.
     path = _experiment(
         tmp_path,
         algorithm=algorithm,
@@ -208,9 +209,16 @@ def test_every_algorithm_runs_with_its_own_search_space(
         scheduler={"type": "fifo"},
         population=1,
         stop={"iterations": 3},
+        reporting={"min_time_s_per_iteration": 2},
     )
     resolved = load_and_resolve(path)
     summary = run(resolved, progress_interval_s=1e9)
+    (trial_dir,) = [d for d in resolved.results_dir.iterdir() if (d / "result.json").is_file()]
+    times = [
+        json.loads(line)["time_this_iter_s"]
+        for line in (trial_dir / "result.json").read_text().splitlines()
+    ]
+    assert all(2 <= t < 9 for t in times), times  # the reporting section reached RLlib
     assert summary.errors == 0
     (trial,) = summary.trials
     assert trial.iteration == 3 and trial.env_steps > 0

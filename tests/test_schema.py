@@ -107,6 +107,34 @@ def test_a_minimal_experiment_resolves_with_defaults(tmp_path: Path) -> None:
     assert resolved.results_dir == (tmp_path / "results" / "probe").resolve()
 
 
+def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
+    tmp_path: Path,
+) -> None:
+    from workbench.algorithm_config import algorithm_config
+    from workbench.launch import RESOLVED_FILE, prepare_results_dir
+    from workbench.resolve import load_saved
+
+    data = experiment(tmp_path, algorithm="IMPALA")
+    config = algorithm_config(load_and_resolve(write_yaml(tmp_path, data)))
+    assert config.min_time_s_per_iteration == 10  # IMPALA's own
+    assert config.metrics_num_episodes_for_smoothing == 100
+
+    reporting = {"min_time_s_per_iteration": 1.5, "metrics_num_episodes_for_smoothing": 20}
+    data = experiment(tmp_path, algorithm="IMPALA", reporting=reporting)
+    resolved = load_and_resolve(write_yaml(tmp_path, data))
+    config = algorithm_config(resolved)
+    assert config.min_time_s_per_iteration == 1.5
+    assert config.metrics_num_episodes_for_smoothing == 20
+    assert (
+        config.min_sample_timesteps_per_iteration
+        == type(config)().min_sample_timesteps_per_iteration
+    )
+    # The saved experiment (what resume rebuilds from) keeps them.
+    prepare_results_dir(resolved)
+    saved = load_saved(resolved.results_dir / RESOLVED_FILE)
+    assert saved.experiment.reporting == resolved.experiment.reporting
+
+
 def test_search_space_file_is_found_in_the_project_and_keyed_as_tune_spells_it(
     tmp_path: Path,
 ) -> None:
@@ -335,6 +363,21 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
             "reported metrics:",
             "'training_iteration'",
         ),
+    ),
+    "unknown reporting key": (
+        {"reporting": {"min_time_s_per_iter": 1}},
+        "reporting.min_time_s_per_iter",
+        ("did you mean 'min_time_s_per_iteration'?", "'metrics_num_episodes_for_smoothing'"),
+    ),
+    "negative iteration time": (
+        {"reporting": {"min_time_s_per_iteration": -1}},
+        "reporting.min_time_s_per_iteration",
+        ("-1", "greater than or equal to 0"),
+    ),
+    "no episodes to smooth over": (
+        {"reporting": {"metrics_num_episodes_for_smoothing": 0}},
+        "reporting.metrics_num_episodes_for_smoothing",
+        ("0", "greater than 0"),
     ),
     "bad results folder name": (
         {"name": "my run/1"},

@@ -75,6 +75,7 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
             num_cpus_per_learner=res.cpus_per_learner,
         )
         .training(**exp.training)
+        .reporting(**exp.reporting.model_dump(exclude_none=True))
         .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
         .debugging(seed=exp.seed)
     )

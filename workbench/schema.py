@@ -249,6 +249,28 @@ class CheckpointSection(_Strict):
     at_end: bool = Field(True, description="Checkpoint when a trial finishes.")
 
 
+class ReportingSection(_Strict):
+    """What one train() call (one Tune iteration) holds, and the window of the episode
+    means: RLlib's ``AlgorithmConfig.reporting`` settings, under RLlib's names. Unset
+    fields keep the algorithm's own values (APPO and IMPALA loop their training step for
+    at least 10 s per iteration; PPO, DQN and SAC iterate on one batch)."""
+
+    min_time_s_per_iteration: NonNegativeFloat | None = Field(
+        None, description="An iteration lasts at least this many seconds (IMPALA/APPO: 10)."
+    )
+    min_sample_timesteps_per_iteration: NonNegativeInt | None = Field(
+        None, description="An iteration samples at least this many env steps."
+    )
+    min_train_timesteps_per_iteration: NonNegativeInt | None = Field(
+        None, description="An iteration trains on at least this many env steps."
+    )
+    metrics_num_episodes_for_smoothing: PositiveInt | None = Field(
+        None,
+        description="Episodes in env_runners/episode_return_mean, the return that stop "
+        "rules and schedulers read (RLlib: 100).",
+    )
+
+
 class FailureSection(_Strict):
     max_failures: NonNegativeInt = Field(
         2, description="Times a trial is retried from its last checkpoint before it fails."
@@ -449,6 +471,7 @@ class Experiment(_Strict):
         description="Fixed hyperparameters, RLlib's public names (lr, lambda_, "
         "train_batch_size_per_learner, ...).",
     )
+    reporting: ReportingSection = Field(default_factory=ReportingSection)
     search_space: SearchSpaceSection = Field(default_factory=SearchSpaceSection)
     scheduler: Scheduler = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
     search: SearchSection = Field(default_factory=SearchSection)
