@@ -182,6 +182,7 @@ def test_resume_explains_a_missing_folder(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "no population to resume" in missing.stderr
+    assert missing.stderr.count(str(tmp_path / "nowhere")) == 2  # the ref, the one folder tried
 
 
 def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Path) -> None:

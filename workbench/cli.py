@@ -128,15 +128,12 @@ def _exit_code(summary: object) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from workbench.launch import (
-        RESOLVED_FILE,
-        find_results_dir,
-        population_statuses,
-        resume,
-    )
+    from workbench.results_folder import RESOLVED_FILE, find_results_dir, population_statuses
+
+    results_dir = find_results_dir(args.target)  # before the heavy imports: a typo fails fast
+    from workbench.launch import resume
     from workbench.resolve import load_saved
 
-    results_dir = find_results_dir(args.target)
     resolved = load_saved(results_dir / RESOLVED_FILE)
     statuses = population_statuses(results_dir)
     errored = [t for t, s in statuses.items() if s == "ERROR"]
@@ -379,7 +376,7 @@ def _diagnosis_target(args: argparse.Namespace) -> tuple[str, Any, Population, l
     """(store URI, client, population, trials) for `workbench diagnose`'s TARGET: a
     results folder, an experiment/population name or parent run id, or one trial."""
     from workbench import inspection
-    from workbench.launch import RESOLVED_FILE
+    from workbench.results_folder import RESOLVED_FILE
     from workbench.ui import resolve_store
 
     target = args.target
@@ -502,7 +499,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 def _capture_timeline(args: argparse.Namespace) -> Capture:
     from workbench import timeline
-    from workbench.launch import RESOLVED_FILE
+    from workbench.results_folder import RESOLVED_FILE
 
     address = args.address
     if address is None:

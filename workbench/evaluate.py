@@ -506,7 +506,7 @@ def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, s
 
 def _store_of_results(results_dir: Path) -> str | None:
     """The store a workbench results folder logged to, when it is there to be read."""
-    from workbench.launch import RESOLVED_FILE
+    from workbench.results_folder import RESOLVED_FILE
     from workbench.schema import load_experiment
     from workbench.tracking import tracking_uri_for
 

@@ -22,12 +22,11 @@ from workbench.checkpoints import CheckpointGuard
 from workbench.plan import preflight
 from workbench.progress import ProgressTable, TrialRecord
 from workbench.resolve import ResolvedExperiment, describe
+from workbench.results_folder import RESOLVED_FILE, population_statuses
 from workbench.schedulers import SchedulerState, scheduler, search_algorithm
 from workbench.schema import RETURN_METRIC
 from workbench.stopping import RulesStopper
 from workbench.tracking import MlflowTracker, TrackingTarget, tracking_uri_for
-
-RESOLVED_FILE = "workbench_experiment.yaml"
 
 
 def trial_seed(base_seed: int, trial_id: str) -> int:
@@ -574,45 +573,3 @@ def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -
 
 
 __all__ = ["RETURN_METRIC", "RunSummary", "resume", "run", "seeded_trainable", "trial_seed"]
-
-
-def population_statuses(results_dir: Path) -> dict[str, str]:
-    """Trial id -> Tune status, from the newest experiment-state snapshot ({} if none)."""
-    import json
-
-    snapshots = sorted(results_dir.glob("experiment_state-*.json"))
-    if not snapshots:
-        return {}
-    data = json.loads(snapshots[-1].read_text())
-    out: dict[str, str] = {}
-    for trial_json, _runtime in data.get("trial_data", []):
-        trial = json.loads(trial_json)
-        out[str(trial.get("trial_id"))] = str(trial.get("status"))
-    return out
-
-
-def find_results_dir(ref: str, storage: str = "results") -> Path:
-    """A population's results folder from its path or its experiment name.
-
-    Raises ExperimentError (exit 2) naming what was tried when there is nothing to resume.
-    """
-    from workbench.errors import ExperimentError
-
-    candidates = [Path(ref), Path(storage) / ref]
-    for path in candidates:
-        if (path / RESOLVED_FILE).is_file():
-            if not (path / "tuner.pkl").is_file():
-                raise ExperimentError.single(
-                    str(path),
-                    "",
-                    "this results folder holds no Tune state (tuner.pkl): the run stopped "
-                    "before it started; start it again with `workbench run`",
-                )
-            return path.resolve()
-    tried = ", ".join(str(p) for p in candidates)
-    raise ExperimentError.single(
-        ref,
-        "",
-        f"no population to resume: none of {tried} holds a {RESOLVED_FILE} "
-        "(give the results folder of a `workbench run`, or its experiment name)",
-    )

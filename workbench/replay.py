@@ -162,8 +162,8 @@ class ExportedSchedule:
 def _source_experiment(client: Any, population: Any, uri: str) -> tuple[dict[str, Any], str]:
     """The population's saved experiment file: in its results folder, else the copy the
     tracker logged to the parent run."""
-    from workbench.launch import RESOLVED_FILE
     from workbench.resolve import saved_defaults
+    from workbench.results_folder import RESOLVED_FILE
     from workbench.schema import read_yaml
 
     local = Path(population.results_dir) / RESOLVED_FILE if population.results_dir else None
