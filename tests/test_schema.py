@@ -135,6 +135,19 @@ def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
     assert saved.experiment.reporting == resolved.experiment.reporting
 
 
+@pytest.mark.parametrize("kind", ["pbt", "pb2"])
+@pytest.mark.parametrize("synch", [False, True])
+def test_population_based_schedulers_are_synchronous_when_asked(
+    tmp_path: Path, kind: str, synch: bool
+) -> None:
+    from workbench.schedulers import scheduler
+
+    section = {"type": kind, "quantile_fraction": 0.5, "synch": synch}
+    data = experiment(tmp_path, scheduler=section, search_space=PBT_SPACE)
+    built = scheduler(load_and_resolve(write_yaml(tmp_path, data)))
+    assert built._synch is synch  # type: ignore[attr-defined]
+
+
 def test_search_space_file_is_found_in_the_project_and_keyed_as_tune_spells_it(
     tmp_path: Path,
 ) -> None:

@@ -312,6 +312,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
                 for key, spec in space.items()
             },
             custom_explore_fn=partial(_clamped, space=space),
+            synch=section.synch,
         )
         pb2._hyperparam_keys = tuple(space)
         return pb2

@@ -101,6 +101,7 @@ class PB2Scheduler(_Strict):
     type: Literal["pb2"]
     perturbation_interval: PositiveInt = 4
     quantile_fraction: float = Field(0.25, gt=0, le=0.5)
+    synch: bool = Field(False, description="Synchronous PB2 (wait for the whole population).")
 
 
 class ASHAScheduler(_Strict):
