@@ -10,13 +10,15 @@ Method (one local Ray of ``--cpus`` CPUs for the whole script, every round inter
 
 * **A PBT exploit**, measured on Ray actors of the main experiment's algorithm
   (``experiments/cartpole_pbt.yaml``: PPO, sampling and learning in the actor, half a CPU),
-  the way Tune does it: the donor's ``save()`` (an RLlib checkpoint on local disk), a NEW
-  actor (a fresh worker process that imports torch and RLlib and builds the algorithm; the
-  workbench runs Tune with ``reuse_actors=False`` because an Algorithm has no
-  ``reset_config``) and its ``restore()`` of that checkpoint. Beside it, in the same
-  rounds: the anchor, one ``train()`` of the donor, and ``restore()`` into the donor's own
-  actor, which is all an exploit would cost if actors could be reused. Each figure is
-  the median/min/max over ``--exploit-rounds`` rounds, in ms.
+  both ways Tune can do it: the donor's ``save()`` (an RLlib checkpoint on local disk),
+  then either a NEW actor (a fresh worker process that imports torch and RLlib and builds
+  the algorithm: Tune's default, ``reuse_actors=False``, the only way before the workbench
+  gave the algorithm a ``reset_config``) and its ``restore()`` of that checkpoint, or
+  what the workbench does (``reuse_actors=True``): Tune's ``reset()`` of a kept actor with
+  the new config (the workbench's ``reset_config`` tears the algorithm down and builds it
+  again in the same process) and its ``restore()``. Beside them, in the same rounds, the
+  anchor: one ``train()`` of the donor. Each figure is the median/min/max over
+  ``--exploit-rounds`` rounds, in ms.
 * **Time outside train()**: a PBT population of ``--population`` trials (8) of the same
   experiment, each at a quarter of a CPU so that all of them run at once on 2 CPUs,
   ``--iterations`` iterations each, perturbation interval ``--interval``. Two setups per
@@ -25,18 +27,20 @@ Method (one local Ray of ``--cpus`` CPUs for the whole script, every round inter
   - *workbench*: ``workbench.launch.run`` (its PBT with clamped mutations and lineage,
     a checkpoint every ``checkpoint.frequency`` iterations, pruning by CheckpointGuard,
     an experiment snapshot after every trial checkpoint, MLflow tracking, the progress
-    table, ``reuse_actors=False``);
+    table, ``reuse_actors=True`` with its ``reset_config``);
   - *Tune defaults*: ``tune.Tuner`` with the same RLlib config, search space and a plain
     ``PopulationBasedTraining`` (same mutations; ``require_attrs=False``, without which
     Tune fails the run when the first iteration ends no episode), ``CheckpointConfig()``
     (no periodic checkpoints: PBT saves a donor when it exploits it; ``num_to_keep``
     None), Tune's automatic experiment-snapshot period, no callbacks, ``verbose=0``;
-    ``reuse_actors`` stays False because True errors at the first exploit.
+    ``reuse_actors`` False, Tune's default (True errors at the first exploit: RLlib's
+    Algorithm has no ``reset_config``).
 
   The slot time is ``population x wall time`` of ``fit()`` (every trial runs at once), the
   train time the sum of every result row's ``time_this_iter_s`` (each trial's
   ``result.json``); the fraction outside ``train()`` is ``1 - train / slot``: actor starts,
-  checkpoints, exploits (a new actor and a restore), waiting for a CPU, Tune's own loop.
+  checkpoints, exploits (an actor start or reset, and a restore), waiting for a CPU, Tune's
+  own loop.
   Restores are counted as result rows with ``iterations_since_restore == 1`` after the
   first. Median/min/max over ``--rounds`` rounds.
 """
@@ -117,12 +121,14 @@ def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[f
     import ray
 
     from workbench.algorithm_config import algorithm_config
+    from workbench.launch import seeded_trainable
 
     resolved = resolved_experiment(experiment_data(args, folder, "exploit"), folder)
     config = algorithm_config(resolved)
-    actor_cls = ray.remote(num_cpus=args.cpus_per_trial)(config.algo_class)
+    # The class the workbench hands Tune (per-trial seeds, reset_config).
+    actor_cls = ray.remote(num_cpus=args.cpus_per_trial)(seeded_trainable(config.algo_class))
     figures: dict[str, list[float]] = {
-        k: [] for k in ("train", "save", "new_actor", "restore_new", "restore_same")
+        k: [] for k in ("train", "save", "new_actor", "restore_new", "reset", "restore_same")
     }
 
     def timed(ref: Any) -> tuple[Any, float]:
@@ -144,6 +150,11 @@ def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[f
         figures["new_actor"].append(1000 * (time.perf_counter() - start))
         _, ms = timed(clone.restore.remote(saved))
         figures["restore_new"].append(ms)
+        # As Tune reuses an actor: reset() with the new trial config, then restore().
+        reset, ms = timed(donor.reset.remote(mutated.to_dict()))
+        if not reset:
+            raise SystemExit("reset() returned False: Tune could not reuse the actor")
+        figures["reset"].append(ms)
         _, ms = timed(donor.restore.remote(saved))
         figures["restore_same"].append(ms)
         ray.get(clone.stop.remote())
@@ -302,15 +313,21 @@ def main(argv: list[str] | None = None) -> int:
             exploits["save"], exploits["new_actor"], exploits["restore_new"], strict=True
         )
     ]
-    exploit_same = [s + r for s, r in zip(exploits["save"], exploits["restore_same"], strict=True)]
+    exploit_same = [
+        s + a + r
+        for s, a, r in zip(
+            exploits["save"], exploits["reset"], exploits["restore_same"], strict=True
+        )
+    ]
     rows = [
         ("train() (the anchor)", exploits["train"]),
         ("save() on the donor", exploits["save"]),
         ("new actor: start + build", exploits["new_actor"]),
         ("restore() in the new actor", exploits["restore_new"]),
-        ("restore() in the same actor", exploits["restore_same"]),
-        ("exploit, new actor (workbench)", exploit_new),
-        ("exploit, reused actor (if it worked)", exploit_same),
+        ("reset() of a kept actor: rebuild", exploits["reset"]),
+        ("restore() in the kept actor", exploits["restore_same"]),
+        ("exploit, new actor (Tune default)", exploit_new),
+        ("exploit, reused actor (workbench)", exploit_same),
     ]
     print(f"\nA PBT exploit, ms ({args.exploit_rounds} interleaved rounds)")
     print(f"| {'step':<38} | {'median':>9} | {'min':>9} | {'max':>9} | {'/ train()':>9} |")

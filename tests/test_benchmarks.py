@@ -101,7 +101,12 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = _table_rows(result.stdout)
-    for label in ("train() (the anchor)", "exploit, new actor (workbench)", "workbench"):
+    for label in (
+        "train() (the anchor)",
+        "exploit, new actor (Tune default)",
+        "exploit, reused actor (workbench)",
+        "workbench",
+    ):
         assert label in rows, sorted(rows)
     assert "Tune defaults" in rows
     figures = json.loads(out.read_text())
@@ -111,6 +116,7 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
         assert 2 <= runs[0]["iterations"] <= 4
         assert runs[0]["train_s"] > 0 and 0 <= runs[0]["outside"] < 1
     assert all(ms > 0 for ms in figures["exploits"]["new_actor"])
+    assert all(ms > 0 for ms in figures["exploits"]["reset"])  # reset() returned True
 
 
 @pytest.mark.slow

@@ -98,3 +98,54 @@ def test_resume_refuses_while_the_population_s_driver_lives(tmp_path: Path) -> N
     # Once it is gone: nothing of that session is left, the record goes.
     assert cleanup_leftover_ray(tmp_path) == []
     assert not (tmp_path / SESSION_FILE).exists()
+
+
+def test_reset_config_rebuilds_the_algorithm_for_the_next_trial_in_the_same_process(
+    tmp_path: Path,
+) -> None:
+    """What Tune does with a kept actor (reuse_actors=True): reset() with the next
+    trial's config, then restore() of a checkpoint (a PBT exploit) or nothing (a new
+    trial). The algorithm must be the one a new actor would have built."""
+    import yaml
+
+    from workbench.algorithm_config import algorithm_config
+    from workbench.resolve import load_and_resolve
+
+    path = tmp_path / "experiment.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "reuse",
+                "algorithm": "PPO",
+                "env": {"id": "sim_ext/CartPole-v1"},
+                "training": {"train_batch_size_per_learner": 128, "num_epochs": 1},
+                "stop": {"iterations": 1},
+                "storage": str(tmp_path / "results"),
+            }
+        )
+    )
+    config = algorithm_config(load_and_resolve(path))
+    trainable = seeded_trainable(config.algo_class)
+
+    def trial_config(index: int, lr: float) -> dict[str, Any]:
+        data = config.copy(copy_frozen=False).training(lr=lr).to_dict()
+        data[TRIAL_INFO] = SimpleNamespace(
+            trial_id=f"abcde_{index:05d}", trial_name=f"PPO_{index:05d}", trial_resources=None
+        )
+        return data
+
+    algo = trainable(config=trial_config(1, 1e-3))
+    try:
+        algo.train()
+        saved = algo.save(str(tmp_path / "checkpoint"))
+        runner = algo.env_runner
+        assert algo.reset(trial_config(2, 5e-4)) is True  # Tune errors the trial on False
+        assert (algo.config.lr, algo.config.seed) == (5e-4, trial_seed(0, "abcde_00002"))
+        assert algo.iteration == 0
+        assert algo.env_runner is not runner  # built again, not patched
+        algo.restore(saved)  # the donor's state into the rebuilt algorithm
+        assert algo.iteration == 1
+        assert algo.train()["training_iteration"] == 2
+        assert algo.config.lr == 5e-4
+    finally:
+        algo.stop()

@@ -96,6 +96,12 @@ def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(
     # Checkpoints are pruned to `keep` per trial, except those still needed.
     for trial in rows:
         assert len(list((resolved.results_dir / trial).glob("checkpoint_*"))) <= 3 + 2
+    # ... all of it in reused actors: Tune restarted trials (PBT's pauses and exploits)
+    # in processes that had served before, through the workbench's reset_config. With a
+    # new actor per start, there would be as many processes as starts.
+    starts = sum(1 for r in rows.values() for row in r if row["iterations_since_restore"] == 1)
+    processes = {row["pid"] for r in rows.values() for row in r}
+    assert len(processes) < starts, (processes, starts)
 
 
 def test_asha_with_optuna_stops_weak_trials_early(tmp_path: Path) -> None:
