@@ -1,13 +1,15 @@
 """Time to target: wall time and env steps for a population to reach a mean return of 475
 on CartPole, comparing schedulers (PBT, PB2, ASHA+Optuna, random search; with RL Zoo's Optuna
-tuning as the user's alternative), env runners (the workbench's fast one against RLlib's), or
-defaults (RLlib's runner and defaults against the workbench's: before and after).
+tuning as the user's alternative), env runners (the workbench's fast one against RLlib's),
+defaults (RLlib's runner and defaults against the workbench's: before and after), or actor
+reuse (a new process per trial start against the workbench's reuse: before and after).
 
 Usage::
 
     .venv/bin/python benchmarks/time_to_target.py --compare schedulers --seeds 0,1,2 --zoo
     .venv/bin/python benchmarks/time_to_target.py --compare runners --seeds 0,1
     .venv/bin/python benchmarks/time_to_target.py --compare defaults --seeds 0,1,2
+    .venv/bin/python benchmarks/time_to_target.py --compare reuse --seeds 0,1,2
     # each run ~1.5-5 min on a 2-core machine; --zoo needs `make zoo-venv`
     .venv/bin/python benchmarks/time_to_target.py --quick          # a smoke run (the test)
 
@@ -109,6 +111,13 @@ def arms(compare: str) -> tuple[Arm, ...]:
         return (
             Arm("fast", EXPERIMENT, ("env_runner=fast", "defaults=rllib"), population_based=True),
             Arm("rllib", EXPERIMENT, ("env_runner=rllib", "defaults=rllib"), population_based=True),
+        )
+    if compare == "reuse":
+        # Before and after actor reuse: a new process for every trial start (Tune's
+        # default), then the main experiment as it ships (reset_config, reuse_actors).
+        return (
+            Arm("new_actors", EXPERIMENT, ("reuse_actors=false",), population_based=True),
+            Arm("workbench", EXPERIMENT, (), population_based=True),
         )
     if compare == "defaults":
         # Before and after: RLlib's runner and defaults, then the main experiment as it
@@ -343,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--compare",
-        choices=("schedulers", "runners", "defaults"),
+        choices=("schedulers", "runners", "defaults", "reuse"),
         default="schedulers",
         help="schedulers: pbt, pb2, asha_optuna, random; runners: fast vs rllib (PBT, RLlib's "
-        "defaults); defaults: RLlib's runner and defaults vs the workbench's (PBT)",
+        "defaults); defaults: RLlib's runner and defaults vs the workbench's (PBT); reuse: a "
+        "new process per trial start vs the workbench's actor reuse (PBT)",
     )
     parser.add_argument("--arms", default=None, help="comma-separated subset of the arms")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")

@@ -208,6 +208,20 @@ def test_time_to_target_defaults_arms_are_before_and_after(tmp_path: Path) -> No
     assert all("defaults=rllib" in sets for sets in runners)
 
 
+def test_time_to_target_reuse_arms_differ_only_in_actor_reuse(tmp_path: Path) -> None:
+    ttt = _benchmark("time_to_target")
+    resolved = {
+        arm.name: load_and_resolve(
+            arm.experiment, [*arm.overrides(1), f"storage={tmp_path}"], check_results=False
+        ).experiment
+        for arm in ttt.arms("reuse")
+    }
+    assert list(resolved) == ["new_actors", "workbench"]
+    before, after = resolved["new_actors"], resolved["workbench"]
+    assert (before.reuse_actors, after.reuse_actors) == (False, True)
+    assert before.model_copy(update={"reuse_actors": True}) == after
+
+
 def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     result = subprocess.run(

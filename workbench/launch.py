@@ -378,7 +378,7 @@ def _session(
         time_budget_s=exp.stop.wall_time_s,
         max_concurrent_trials=exp.max_concurrent,
         # Exploits and pauses restore into a kept actor, rebuilt by reset_config.
-        reuse_actors=True,
+        reuse_actors=exp.reuse_actors,
         trial_name_creator=trial_name,
         trial_dirname_creator=trial_name,
     )

@@ -507,6 +507,13 @@ class Experiment(_Strict):
         "(a 256x256 MLP, minibatches of 128), 'auto' small_env for PPO, APPO and IMPALA with "
         "discrete actions on a flat observation of at most 64 features, else rllib.",
     )
+    reuse_actors: bool = Field(
+        True,
+        description="Tune keeps a trial's process for its next start (after a PBT pause or "
+        "exploit) or for the next trial: the algorithm is rebuilt in it (tens of ms) instead "
+        "of a new process importing torch and RLlib (about 4 s). false: a new process for "
+        "every start.",
+    )
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     storage: str = Field("results", description="Results folder; this run goes to storage/name.")
     seed: int = Field(0, description="Seeds searchers, PBT's choices and every trial's streams.")
