@@ -49,7 +49,7 @@ for actor in actors:
     owner = by_address.get(where(actor["OwnerAddress"]))
     if owner is not None and owner["ActorClassName"] == sys.argv[2]:
         trials.setdefault(owner["ActorID"], []).append(
-            [actor["ActorClassName"], label[actor["Address"]["NodeID"]]])
+            [actor["ActorClassName"], label[actor["Address"]["NodeID"]], actor["StartTime"]])
 print(json.dumps(trials))
 """
 
@@ -259,8 +259,13 @@ def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
     trials = json.loads(actors.stdout.strip().splitlines()[-1])
     assert len(trials) == 2, trials
     for owned in trials.values():
-        runner_nodes = [node for cls, node in owned if cls.endswith("EnvRunner")]
-        assert sorted(runner_nodes) == ["node_a", "node_b"], owned
+        # A trial actor that Tune reused for another start (reuse_actors) built the
+        # algorithm again, with two new runners: each build's pair, by start time.
+        runners = sorted((t, node) for cls, node, t in owned if cls.endswith("EnvRunner"))
+        assert runners and len(runners) % 2 == 0, owned
+        for build in range(0, len(runners), 2):
+            pair = [node for _, node in runners[build : build + 2]]
+            assert sorted(pair) == ["node_a", "node_b"], owned
 
 
 def _raylet_of(cluster: TwoNodes, node_args: list[str]) -> int:

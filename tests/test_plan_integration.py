@@ -184,7 +184,9 @@ def test_a_gpu_learner_trial_holds_its_gpu_bundle_and_runs_alone_as_planned(
     # 4 CPUs + 1 GPU, a trial takes CPU 3 + GPU 1: one at a time.
     assert (plan.concurrent, plan.waves) == (1, 2)
     assert len(trials) == len(summary.trials) == 2
-    assert len(watch.bundles) == 2
+    # One group per trial, or one for both when Tune hands the first trial's actor (and
+    # its group) to the second (reuse_actors).
+    assert 1 <= len(watch.bundles) <= 2
     for bundles in watch.bundles.values():
         assert [bundles[i] for i in sorted(bundles)] == expected
     assert watch.most_at_once == plan.concurrent
