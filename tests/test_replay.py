@@ -255,7 +255,6 @@ def test_the_scheduler_pauses_a_trial_to_change_its_config() -> None:
 
 # --- real runs ----------------------------------------------------------------------------
 
-SMALL_PPO = {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2}
 # What ProbeLearner reports from inside the first gradient step of each iteration.
 PROBED = {"lr": "probe_first_lr", "clip_param": "probe_first_clip_param"}
 PROBED["entropy_coeff"] = "probe_first_entropy_coeff"
