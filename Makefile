@@ -14,7 +14,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.stamp
 CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
 
-.PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv clean
+.PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv docs clean
 
 setup: $(STAMP)/ext
 
@@ -79,6 +79,11 @@ lint: setup
 format: setup
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# The documentation site (docs/, mkdocs.yml) in build/site; strict: a broken link or a
+# page missing from the navigation fails the build.
+docs: setup
+	$(PY) -m mkdocs build --strict --site-dir build/site
 
 bench: setup
 	$(PIP) install --quiet envpool || echo "envpool did not install; the benchmark runs without it"
