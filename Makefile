@@ -13,6 +13,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.stamp
 CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
+# The editable install maps each Python module it saw: a module added, moved or removed
+# needs a reinstall (cheap: the C++ build is cached in build/).
+PYSRC := $(shell find workbench sim_ext -name '*.py')
 
 .PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv docs clean
 
@@ -32,7 +35,7 @@ $(STAMP)/deps: pyproject.toml | $(PY)
 
 # The C++ extension: rebuilt when a source changes. The stamp takes the time the
 # build started, so a source edited during a build triggers the next one.
-$(STAMP)/ext: $(STAMP)/deps $(CSRC)
+$(STAMP)/ext: $(STAMP)/deps $(CSRC) $(PYSRC)
 	@touch $@.start
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
 	@mv $@.start $@

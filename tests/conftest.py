@@ -42,8 +42,8 @@ def pbt_population(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     import yaml
 
     import tests.probes as probes
-    from workbench.launch import run
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.run.launch import run
 
     root = tmp_path_factory.mktemp("pbt_population")
     path = root / "pbt.yaml"

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 import sim_ext  # noqa: F401  (registers the sim_ext ids)
-from workbench.algorithms import config_class
-from workbench.evaluate import load_module, read_checkpoint
+from workbench.experiment.algorithms import config_class
+from workbench.policy.checkpoint import load_module, read_checkpoint
 
 
 def learner_group_checkpoint(

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 
-from workbench.resolve import load_and_resolve
+from workbench.experiment.resolve import load_and_resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 

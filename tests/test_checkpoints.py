@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.fs
 from ray.tune import Checkpoint
 
-from workbench.checkpoints import CheckpointGuard
+from workbench.run.checkpoints import CheckpointGuard
 
 
 def _result(path: Path) -> Any:

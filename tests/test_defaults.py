@@ -17,9 +17,9 @@ import torch
 import yaml
 
 from tests.test_schema import experiment, problem_about, rejected, write_yaml
-from workbench.algorithm_config import algorithm_config
-from workbench.defaults import SMALL_ENV_MODEL, choose
-from workbench.resolve import load_and_resolve
+from workbench.experiment.defaults import SMALL_ENV_MODEL, choose
+from workbench.experiment.resolve import load_and_resolve
+from workbench.trial.config import algorithm_config
 
 CARTPOLE_OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
@@ -145,7 +145,8 @@ def test_a_built_trial_has_the_small_network_and_one_torch_thread(tmp_path: Path
 def test_the_saved_experiment_pins_the_chosen_defaults(tmp_path: Path) -> None:
     """`workbench resume` rebuilds trials from the saved file: it must say small_env and
     the model, not 'auto', so the networks match the checkpoints whatever auto picks."""
-    from workbench.launch import RESOLVED_FILE, prepare_results_dir
+    from workbench.names import RESOLVED_FILE
+    from workbench.run.launch import prepare_results_dir
 
     data = experiment(tmp_path, model={"fcnet_hiddens": [32, 32]})
     resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
@@ -187,8 +188,9 @@ def test_a_results_folder_from_before_the_defaults_field_resumes_on_rllibs(
 ) -> None:
     """Its checkpoints hold RLlib's 256x256 networks: resuming it with the small-env
     defaults that 'auto' now picks would build networks they do not fit."""
-    from workbench.launch import RESOLVED_FILE, prepare_results_dir
-    from workbench.resolve import load_saved, saved_defaults
+    from workbench.experiment.resolve import load_saved, saved_defaults
+    from workbench.names import RESOLVED_FILE
+    from workbench.run.launch import prepare_results_dir
 
     resolved = load_and_resolve(write_yaml(tmp_path, experiment(tmp_path)), check_results=False)
     prepare_results_dir(resolved)

@@ -25,10 +25,11 @@ from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.utils.metrics.stats.ema import EmaStats
 
 from tests.test_tracking import FakeTrial as TuneTrial
-from workbench import diagnosis
+from workbench.analysis.diagnosis import diagnose
 from workbench.cli import main
-from workbench.diagnosis import TimeSplit, TrialFacts, diagnose, iteration_split, recover_timer
-from workbench.rllib_callbacks import WorkbenchCallbacks
+from workbench.trial import time_split
+from workbench.trial.callbacks import WorkbenchCallbacks
+from workbench.trial.time_split import TimeSplit, TrialFacts, iteration_split, recover_timer
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 SYNC = TrialFacts(asynchronous=False, env_runners=0)
@@ -67,15 +68,15 @@ class FakeTrial:
         **extra: float,
     ) -> dict[str, Any]:
         """One train() with these seconds (split evenly over `calls` training steps)."""
-        sample_key = diagnosis.ASYNC_SAMPLE_TIMER if self.facts.asynchronous else None
+        sample_key = time_split.ASYNC_SAMPLE_TIMER if self.facts.asynchronous else None
         for _ in range(calls):
-            self.push(sample_key or diagnosis.SAMPLING_TIMER, sampling / calls)
-            self.push(diagnosis.LEARNER_TIMER, learner / calls)
-            self.push(diagnosis.SYNC_TIMER, sync / calls)
-        self.count(diagnosis.SAMPLED, steps)
+            self.push(sample_key or time_split.SAMPLING_TIMER, sampling / calls)
+            self.push(time_split.LEARNER_TIMER, learner / calls)
+            self.push(time_split.SYNC_TIMER, sync / calls)
+        self.count(time_split.SAMPLED, steps)
         flat: dict[str, Any] = {
-            diagnosis.ITERATION: sampling + learner + sync + rest,
-            diagnosis.CALLS: calls,
+            time_split.ITERATION: sampling + learner + sync + rest,
+            time_split.CALLS: calls,
             **{k: float(s.peek()) for k, s in self.timers.items()},
             **self.counters,
             **extra,
@@ -90,7 +91,7 @@ def run_iterations(trial: FakeTrial, rows: list[dict[str, float]]) -> list[TimeS
     for row in rows:
         flat = trial.iteration(**row)
         out.append(iteration_split(flat, before, trial.facts))
-        before = {**before, **diagnosis.snapshot(flat)}
+        before = {**before, **time_split.snapshot(flat)}
     return out
 
 
@@ -134,7 +135,7 @@ def test_a_restored_checkpoint_continues_from_the_donors_ema() -> None:
     # callback reads them in on_checkpoint_loaded, like this:
     restored = {
         key: donor.peek(tuple(key.split("/")))
-        for key in diagnosis.TRACKED
+        for key in time_split.TRACKED
         if not math.isnan(donor.peek(tuple(key.split("/"))))
     }
     flat = donor.iteration(sampling=0.8, learner=0.25, sync=0.01)
@@ -206,8 +207,8 @@ def test_balanced_and_the_rest_outside_the_timers() -> None:
 
 
 def _async_iteration(trial: FakeTrial, update: float, wait: float, **counts: float) -> dict:
-    trial.push(diagnosis.THREAD_UPDATE, update)
-    trial.push(diagnosis.THREAD_WAIT, wait)
+    trial.push(time_split.THREAD_UPDATE, update)
+    trial.push(time_split.THREAD_WAIT, wait)
     for key, steps in counts.items():
         trial.count(key, steps)
     return trial.iteration(sampling=0.001, learner=0.001, sync=0.002, rest=0.996, steps=1000)
@@ -220,12 +221,12 @@ def test_async_learner_bound_reports_the_policy_lag() -> None:
     before: dict[str, float] = {}
     for value in (5.0, 9.0):
         flat = _async_iteration(
-            trial, update=0.5, wait=0.02, **{diagnosis.TRAINED: 900, diagnosis.DROPPED: 100}
+            trial, update=0.5, wait=0.02, **{time_split.TRAINED: 900, time_split.DROPPED: 100}
         )
         flat[lag] = value
         splits.append(iteration_split(flat, before, trial.facts))
-        before = {**before, **diagnosis.snapshot(flat)}
-    split = diagnosis.total(splits)
+        before = {**before, **time_split.snapshot(flat)}
+    split = time_split.total(splits)
     assert split.verdict == "learner-bound"
     assert split.learner_busy_fraction == pytest.approx(0.5 / 0.52)
     assert split.env_steps_dropped == 200
@@ -240,9 +241,9 @@ def test_async_main_process_blocked_on_the_learner_is_learner_bound() -> None:
     the main process's learner-update share is a floor on how busy it is, whatever its
     thread's lagging EMAs say."""
     trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=1))
-    trial.push(diagnosis.THREAD_UPDATE, 0.05)
-    trial.push(diagnosis.THREAD_WAIT, 2.0)  # an old wait, still in the EMA
-    trial.count(diagnosis.TRAINED, 2000)
+    trial.push(time_split.THREAD_UPDATE, 0.05)
+    trial.push(time_split.THREAD_WAIT, 2.0)  # an old wait, still in the EMA
+    trial.count(time_split.TRAINED, 2000)
     flat = trial.iteration(sampling=0.05, learner=0.92, sync=0.01, rest=0.02, steps=2000)
     split = iteration_split(flat, {}, trial.facts)
     assert split.learner_busy_fraction == pytest.approx(0.92)
@@ -253,7 +254,7 @@ def test_async_main_process_blocked_on_the_learner_is_learner_bound() -> None:
 
 def test_async_sampling_bound_counts_the_runners_that_would_feed_the_learner() -> None:
     trial = FakeTrial(TrialFacts(asynchronous=True, env_runners=2))
-    flat = _async_iteration(trial, update=0.1, wait=0.9, **{diagnosis.TRAINED: 1000})
+    flat = _async_iteration(trial, update=0.1, wait=0.9, **{time_split.TRAINED: 1000})
     split = iteration_split(flat, {}, trial.facts)
     assert split.verdict == "sampling-bound"
     assert split.learner_busy_fraction == pytest.approx(0.1)
@@ -279,10 +280,10 @@ def test_no_figures_is_unknown_not_a_guess() -> None:
 def test_a_trial_leaves_its_warm_up_out_and_a_population_sums_its_trials() -> None:
     a = run_iterations(FakeTrial(), [{"sampling": 5.0, "learner": 5.0, "sync": 0.0}] * 1)
     a += run_iterations(FakeTrial(), [{"sampling": 0.8, "learner": 0.2, "sync": 0.0}] * 3)
-    used, left_out = diagnosis.steady(a)
+    used, left_out = time_split.steady(a)
     assert left_out == 1 and len(used) == 3
     b = run_iterations(FakeTrial(), [{"sampling": 0.1, "learner": 0.9, "sync": 0.0}] * 2)
-    population = diagnosis.total([*used, *b])
+    population = time_split.total([*used, *b])
     assert population.iterations == 5
     assert population.sampling_s == pytest.approx(3 * 0.8 + 2 * 0.1)
     assert population.sampling_fraction == pytest.approx(2.6 / 5.0)
@@ -295,7 +296,7 @@ def test_metrics_round_trip_through_their_mlflow_names() -> None:
     for name in ("sampling_s", "learner_s", "sync_s", "runner_s", "iteration_s"):
         assert getattr(back, name) == pytest.approx(getattr(split, name))
     assert back.env_runners == 3 and back.verdict == split.verdict
-    assert split.metrics()["verdict"] == diagnosis.VERDICTS.index("learner-bound")
+    assert split.metrics()["verdict"] == time_split.VERDICTS.index("learner-bound")
 
 
 # --- the callback adds the split to every result -----------------------------------------------
@@ -334,7 +335,7 @@ def test_the_callback_adds_the_split_to_each_result(config: Any, asynchronous: b
 
 
 def test_the_time_split_png(tmp_path: Path) -> None:
-    from workbench.plots import _time_split_figure, time_split
+    from workbench.analysis.plots import _time_split_figure, time_split
 
     shares = {
         "PPO_00000": [(1.0, 0.7, 0.2, 0.05, 0.05), (2.0, 0.6, 0.3, 0.05, 0.05)],
@@ -350,7 +351,7 @@ def test_the_time_split_png(tmp_path: Path) -> None:
 
 def _store_with_a_population(tmp_path: Path) -> str:
     """A store written by the real tracker from results the callback completed."""
-    from workbench.tracking import MlflowTracker, TrackingTarget
+    from workbench.tracking.callback import MlflowTracker, TrackingTarget
 
     target = TrackingTarget(
         uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -437,7 +438,7 @@ def test_timeline_says_when_nothing_is_running(
 def test_run_dashboard_without_its_packages_says_how_to_get_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from workbench.launch import dashboard_missing
+    from workbench.run.ray_session import dashboard_missing
 
     missing = dashboard_missing()
     if missing is None:
@@ -496,9 +497,10 @@ def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
 ) -> None:
     """Two trials of one population: a 100,000-substep CartPole (about 0.1 s of physics
     per 1000 env steps) learned in one pass, and the same learned in 30 epochs."""
-    from workbench.inspection import client_for, find_population
-    from workbench.launch import run
-    from workbench.resolve import load_and_resolve
+    from workbench.analysis.populations import find_population
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.run.launch import run
+    from workbench.tracking.store import client_for
 
     experiment = _tiny(
         tmp_path,
@@ -528,9 +530,9 @@ def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
         assert sum(shares) <= 1.0 + 1e-6
         expected = (
             "sampling-bound"
-            if shares[0] >= diagnosis.BOUND
+            if shares[0] >= time_split.BOUND
             else "learner-bound"
-            if shares[1] >= diagnosis.BOUND
+            if shares[1] >= time_split.BOUND
             else trial["verdict"]
         )
         assert trial["verdict"] == expected, trial  # consistent with its own numbers

@@ -19,7 +19,8 @@ import yaml
 from tests.policies import learner_group_checkpoint, rllib_actor
 from workbench.cli import main
 from workbench.errors import ExperimentError
-from workbench.evaluate import evaluate_checkpoint, find_checkpoint, read_checkpoint
+from workbench.policy.checkpoint import find_checkpoint, read_checkpoint
+from workbench.policy.evaluate import evaluate_checkpoint
 
 
 def plain_rollout(checkpoint: Path, episodes: int, seed: int) -> tuple[list[float], list[int]]:
@@ -173,8 +174,8 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    from workbench.launch import run
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.run.launch import run
 
     path = tmp_path / "experiment.yaml"
     path.write_text(

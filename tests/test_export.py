@@ -16,8 +16,8 @@ import torch
 
 from tests.policies import learner_group_checkpoint, rllib_actor
 from workbench.cli import main
-from workbench.evaluate import read_checkpoint
-from workbench.export import export_policy, sample_observations
+from workbench.policy.checkpoint import read_checkpoint
+from workbench.policy.export import export_policy, sample_observations
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [

@@ -19,8 +19,8 @@ from ray.rllib.algorithms.dqn import DQNConfig
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
-from workbench.algorithm_config import register_env
-from workbench.fast_runner import FastEnvRunner
+from workbench.trial.config import register_env
+from workbench.trial.fast_runner import FastEnvRunner
 
 
 def _config(env_id: str = "sim_ext/CartPole-v1", n: int = 8, seed: int = 7) -> Any:
@@ -193,7 +193,7 @@ def test_unsupported_setups_fall_back_with_one_line(capsys: pytest.CaptureFixtur
 @pytest.mark.slow
 def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> None:
     """Not 'about as well': the same numbers, iteration for iteration (seeded)."""
-    from workbench.fast_runner import FastEnvRunner as Fast
+    from workbench.trial.fast_runner import FastEnvRunner as Fast
 
     curves = []
     for fast in (False, True):

@@ -24,9 +24,9 @@ import jsonschema
 import pytest
 import yaml
 
-from workbench.plan import make_plan
-from workbench.resolve import load_and_resolve
-from workbench.resources import Cluster, Node, fmt
+from workbench.experiment.resolve import load_and_resolve
+from workbench.plan.capacity import make_plan
+from workbench.plan.resources import Cluster, Node, fmt
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "kuberay"

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from ray.tune.result import TRIAL_INFO
 
-from workbench.launch import RunSummary, seeded_trainable, trial_name, trial_seed
-from workbench.progress import TrialRecord
+from workbench.names import trial_name
+from workbench.run.progress import TrialRecord
+from workbench.run.summary import RunSummary
+from workbench.trial.trainable import seeded_trainable, trial_seed
 
 
 class _Recorder:
@@ -58,7 +60,7 @@ def test_summary_names_the_best_trial_and_its_schedule(tmp_path: Path) -> None:
 def test_progress_table_reads_numpy_float32_returns() -> None:
     import numpy as np
 
-    from workbench.progress import ProgressTable
+    from workbench.run.progress import ProgressTable
 
     table = ProgressTable({"lr": "lr"}, interval_s=1e9)
     trial = SimpleNamespace(trial_id="t_00000", config={"lr": 0.1})
@@ -76,7 +78,8 @@ def test_resume_refuses_while_the_population_s_driver_lives(tmp_path: Path) -> N
     import time
 
     from workbench.errors import ExperimentError
-    from workbench.launch import SESSION_FILE, cleanup_leftover_ray
+    from workbench.names import SESSION_FILE
+    from workbench.run.ray_session import cleanup_leftover_ray
 
     driver = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", "workbench", "run", "x.yaml"]
@@ -107,8 +110,8 @@ def test_reset_config_rebuilds_the_algorithm_for_the_next_trial_in_the_same_proc
     trial's config, then restore() of a checkpoint (a PBT exploit) or nothing (a new
     trial). The algorithm must be the one a new actor would have built."""
     from tests.test_schema import experiment, write_yaml
-    from workbench.algorithm_config import algorithm_config
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.trial.config import algorithm_config
 
     training = {"train_batch_size_per_learner": 128, "num_epochs": 1}
     path = write_yaml(tmp_path, experiment(tmp_path, training=training, stop={"iterations": 1}))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workbench.lineage import (
+from workbench.analysis.lineage import (
     LineageRecord,
     Segment,
     ancestry,

@@ -22,10 +22,10 @@ import ray
 import yaml
 
 from workbench.errors import ExperimentError
-from workbench.launch import run
-from workbench.plan import make_plan
-from workbench.resolve import load_and_resolve
-from workbench.resources import live_cluster
+from workbench.experiment.resolve import load_and_resolve
+from workbench.plan.capacity import make_plan
+from workbench.plan.resources import live_cluster
+from workbench.run.launch import run
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def fake_gpu_trials(record: Path) -> Callable[[Any], Any]:
     from ray.rllib.algorithms.ppo import PPO
     from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
-    from workbench.rllib_callbacks import WorkbenchCallbacks
+    from workbench.trial.callbacks import WorkbenchCallbacks
 
     class FakeGpuPPO(PPO):  # type: ignore[misc]
         def setup(self, config: Any) -> None:

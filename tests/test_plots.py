@@ -9,8 +9,8 @@ import pytest
 from matplotlib.text import Annotation
 
 from tests.test_lineage import FINAL, RECORDS, TRIALS
-from workbench.lineage import ancestry
-from workbench.plots import (
+from workbench.analysis.lineage import ancestry
+from workbench.analysis.plots import (
     _curves_figure,
     _lineage_figure,
     _schedule_figure,

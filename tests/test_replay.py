@@ -15,19 +15,19 @@ import yaml
 from ray.tune.schedulers import TrialScheduler
 
 import tests.probes as probes
-from workbench.cli import main
-from workbench.errors import ExperimentError
-from workbench.lineage import LineageRecord, Segment
-from workbench.replay import (
-    ReplayScheduler,
+from workbench.analysis.lineage import LineageRecord, Segment
+from workbench.analysis.schedule import (
     replay_experiment,
     replay_steps,
     segment_schedule,
     typed_value,
 )
-from workbench.resolve import load_and_resolve
-from workbench.schedulers import scheduler
-from workbench.search_space import parse_search_space
+from workbench.cli import main
+from workbench.errors import ExperimentError
+from workbench.experiment.resolve import load_and_resolve
+from workbench.experiment.search_space import parse_search_space
+from workbench.run.replay import ReplayScheduler
+from workbench.run.schedulers import scheduler
 
 SCHEDULE = [
     {"iteration": 1, "values": {"lr": 1e-3, "lambda_": 0.95, "num_epochs": 3}},
@@ -274,7 +274,7 @@ def population(
 ) -> dict[str, Any]:
     """tests/conftest.py's PBT population (exploits certain, tracked in MLflow), and
     the schedules exported from it: of a trial that an exploit changed, and the best's."""
-    from workbench.lineage import read_jsonl
+    from workbench.analysis.lineage import read_jsonl
 
     resolved = pbt_population.resolved
     assert pbt_population.summary.errors == 0
@@ -297,14 +297,20 @@ def population(
 def test_the_exported_schedule_is_the_lineage_stitched_schedule(
     population: dict[str, Any],
 ) -> None:
-    from workbench import inspection
+    from workbench.analysis.populations import (
+        find_population,
+        find_trial,
+        lineage_records,
+        trial_ancestry,
+    )
+    from workbench.tracking.store import client_for
 
     uri = f"sqlite:///{population['store']}"
-    client = inspection.client_for(uri)
-    pop = inspection.find_population(client, "pbt", uri)
-    trial = inspection.find_trial(client, population["trial"], "pbt", uri)
-    records = inspection.lineage_records(client, pop)
-    segments, stitched = inspection.trial_ancestry(client, pop, records, trial)
+    client = client_for(uri)
+    pop = find_population(client, "pbt", uri)
+    trial = find_trial(client, population["trial"], "pbt", uri)
+    records = lineage_records(client, pop)
+    segments, stitched = trial_ancestry(client, pop, records, trial)
     assert len(segments) >= 2, "the trial's policy went through an exploit"
 
     for file in (population["file"], population["best"]):
@@ -327,7 +333,7 @@ def test_the_exported_schedule_is_the_lineage_stitched_schedule(
 def test_running_the_exported_file_applies_each_value_from_its_iteration_on(
     population: dict[str, Any], tmp_path: Path
 ) -> None:
-    from workbench.launch import run
+    from workbench.run.launch import run
 
     # Its own store: the source population's is shared with other tests.
     resolved = load_and_resolve(population["file"], [f"storage={tmp_path}"])

@@ -14,13 +14,14 @@ import jsonschema
 import pytest
 import yaml
 
-import workbench.plan as plan_module
-from workbench.algorithm_config import algorithm_config
+import workbench.plan.preflight as plan_module
 from workbench.cli import main
 from workbench.errors import ExperimentError
-from workbench.plan import Plan, make_plan, preflight, what_would_fit
-from workbench.resolve import ResolvedExperiment, load_and_resolve
-from workbench.resources import (
+from workbench.experiment.resolve import ResolvedExperiment, load_and_resolve
+from workbench.experiment.schema import ResourcesSection, json_schema
+from workbench.plan.capacity import Plan, make_plan, what_would_fit
+from workbench.plan.preflight import preflight
+from workbench.plan.resources import (
     Cluster,
     Node,
     TrialRequest,
@@ -30,7 +31,7 @@ from workbench.resources import (
     trial_request,
     unfit_reasons,
 )
-from workbench.schema import ResourcesSection, json_schema
+from workbench.trial.config import algorithm_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_LEARNER: dict[str, Any] = {
@@ -221,7 +222,7 @@ def test_the_bundles_are_named_by_what_they_hold(tmp_path: Path) -> None:
 
 
 def request(strategy: str, *shapes: dict[str, float]) -> TrialRequest:
-    from workbench.resources import Bundle
+    from workbench.plan.resources import Bundle
 
     return TrialRequest(tuple(Bundle(f"b{i}", dict(s)) for i, s in enumerate(shapes)), strategy)
 
@@ -605,7 +606,7 @@ def test_preflight_on_a_multi_node_cluster_checks_the_nodes(
 def test_the_node_check_refuses_nodes_without_the_project_and_warns_of_unshared_storage(
     tmp_path: Path,
 ) -> None:
-    from workbench.plan import judge_nodes
+    from workbench.plan.preflight import judge_nodes
 
     storage = tmp_path / "results"
     fine = {"sees_storage": True}

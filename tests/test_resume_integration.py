@@ -18,8 +18,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.test_tracking_integration import _count_results, _result_rows
-from workbench.lineage import check_sequence, read_jsonl
-from workbench.tracking import LINEAGE_FILE
+from workbench.analysis.lineage import check_sequence, read_jsonl
+from workbench.names import LINEAGE_FILE
 
 pytestmark = pytest.mark.slow
 

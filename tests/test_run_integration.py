@@ -15,8 +15,8 @@ import yaml
 
 import tests.probes as probes
 from tests.conftest import PBT_BOUNDS
-from workbench.launch import run
-from workbench.resolve import load_and_resolve
+from workbench.experiment.resolve import load_and_resolve
+from workbench.run.launch import run
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ray.train import Checkpoint
 from ray.tune.schedulers.pbt import _PBTTrialState
 
-from workbench.schedulers import SchedulerState, WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
+from workbench.run.schedulers import SchedulerState, WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
 
 
 @dataclass(frozen=True)

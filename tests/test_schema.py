@@ -20,8 +20,8 @@ import yaml
 
 from workbench.cli import main
 from workbench.errors import ExperimentError, Problem
-from workbench.resolve import load_and_resolve
-from workbench.schema import Experiment, apply_overrides, load_experiment
+from workbench.experiment.resolve import load_and_resolve
+from workbench.experiment.schema import Experiment, apply_overrides, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
@@ -110,9 +110,10 @@ def test_a_minimal_experiment_resolves_with_defaults(tmp_path: Path) -> None:
 def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
     tmp_path: Path,
 ) -> None:
-    from workbench.algorithm_config import algorithm_config
-    from workbench.launch import RESOLVED_FILE, prepare_results_dir
-    from workbench.resolve import load_saved
+    from workbench.experiment.resolve import load_saved
+    from workbench.names import RESOLVED_FILE
+    from workbench.run.launch import prepare_results_dir
+    from workbench.trial.config import algorithm_config
 
     data = experiment(tmp_path, algorithm="IMPALA")
     config = algorithm_config(load_and_resolve(write_yaml(tmp_path, data)))
@@ -140,7 +141,7 @@ def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
 def test_population_based_schedulers_are_synchronous_when_asked(
     tmp_path: Path, kind: str, synch: bool
 ) -> None:
-    from workbench.schedulers import scheduler
+    from workbench.run.schedulers import scheduler
 
     section = {"type": kind, "quantile_fraction": 0.5, "synch": synch}
     data = experiment(tmp_path, scheduler=section, search_space=PBT_SPACE)
@@ -721,7 +722,7 @@ def test_the_committed_json_schema_is_current() -> None:
     # comment); regenerate it with `workbench schema -o workbench.schema.json`.
     import json
 
-    from workbench.schema import json_schema
+    from workbench.experiment.schema import json_schema
 
     committed = json.loads(
         (Path(__file__).resolve().parents[1] / "workbench.schema.json").read_text()

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from ray.tune.schedulers.pbt import _explore
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, Quantized
 
-from workbench.algorithms import training_parameters, tune_key
-from workbench.search_space import KINDS, ParamSpec, clamp_config, parse_search_space
+from workbench.experiment.algorithms import training_parameters, tune_key
+from workbench.experiment.search_space import KINDS, ParamSpec, clamp_config, parse_search_space
 
 N_SAMPLES = 2000
 

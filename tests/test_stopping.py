@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from workbench.schema import RETURN_METRIC
-from workbench.stopping import RulesStopper
+from workbench.names import RETURN_METRIC
+from workbench.run.stopping import RulesStopper
 
 
 def _result(iteration: int, ret: float | None = None) -> dict:

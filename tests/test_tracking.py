@@ -20,17 +20,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
-from workbench.tracking import (
-    LINEAGE_FILE,
-    SPOOL_FILE,
-    MlflowTracker,
-    Result,
-    TrackingTarget,
-    metric_filter,
-    numeric_metrics,
-    op_from_json,
-    op_to_json,
-)
+from workbench.names import LINEAGE_FILE, SPOOL_FILE
+from workbench.tracking.callback import MlflowTracker, TrackingTarget
+from workbench.tracking.metrics import metric_filter, numeric_metrics
+from workbench.tracking.writer import Result, op_from_json, op_to_json
 
 
 @dataclass

@@ -20,11 +20,12 @@ import ray
 import yaml
 from mlflow.tracking import MlflowClient
 
-from workbench.inspection import client_for, find_population
-from workbench.launch import run
-from workbench.resolve import load_and_resolve
-from workbench.tracking import LINEAGE_FILE
-from workbench.ui import free_port, start_ui
+from workbench.analysis.populations import find_population
+from workbench.analysis.ui import free_port, start_ui
+from workbench.experiment.resolve import load_and_resolve
+from workbench.names import LINEAGE_FILE
+from workbench.run.launch import run
+from workbench.tracking.store import client_for
 
 pytestmark = pytest.mark.slow
 

@@ -18,14 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from workbench.analysis.ui import UiServer, experiment_url, run_url, start_ui
 from workbench.errors import ExperimentError
-from workbench.ui import (
-    UiServer,
-    experiment_url,
-    resolve_store,
-    run_url,
-    start_ui,
-)
+from workbench.tracking.store import resolve_store
 
 pytestmark = [
     # MLflow's sqlite store (the test builds one in this process) uses a loader strategy

@@ -1,0 +1,251 @@
+"""Reading populations back from MLflow: leaderboards, one trial in detail, lineage, plots.
+
+Everything here reads the MLflow store the tracker wrote (not Tune's files), so it
+works the same for a local sqlite store and for a tracking server, during a run and
+long after the results folder is gone."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis.lineage import LineageRecord, ancestry, parse_jsonl, stitched_schedule
+from workbench.errors import ExperimentError
+from workbench.names import LINEAGE_FILE, RETURN_METRIC, ROLE_TAG, STEP_METRIC, STEPS_METRIC
+
+
+@dataclass
+class TrialRun:
+    run_id: str
+    name: str
+    trial_id: str
+    status: str
+    params: dict[str, str]
+    metrics: dict[str, float]  # last values
+    tags: dict[str, str]
+    start_ms: int
+    end_ms: int | None
+    best_return: float = math.nan
+
+    @property
+    def last_return(self) -> float:
+        return self.metrics.get(RETURN_METRIC, math.nan)
+
+    @property
+    def iteration(self) -> int:
+        return int(self.metrics.get(STEP_METRIC, 0))
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.metrics.get(STEPS_METRIC, 0))
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """Current values: numeric ones from hp/* metrics, categorical ones from tags."""
+        out: dict[str, Any] = {k[3:]: v for k, v in self.tags.items() if k.startswith("hp/")}
+        out.update({k[3:]: v for k, v in self.metrics.items() if k.startswith("hp/")})
+        return dict(sorted(out.items()))
+
+
+@dataclass
+class Population:
+    run_id: str
+    name: str
+    experiment: str
+    experiment_id: str
+    status: str
+    start_ms: int
+    end_ms: int | None
+    results_dir: str
+    trials: list[TrialRun] = field(default_factory=list)
+
+    def best(self) -> TrialRun | None:
+        scored = [t for t in self.trials if not math.isnan(t.best_return)]
+        return max(scored, key=lambda t: t.best_return) if scored else None
+
+
+def _population(client: Any, run: Any, experiment_names: dict[str, str]) -> Population:
+    info, tags = run.info, run.data.tags
+    return Population(
+        run_id=info.run_id,
+        name=tags.get("mlflow.runName", info.run_name),
+        experiment=experiment_names.get(info.experiment_id, info.experiment_id),
+        experiment_id=info.experiment_id,
+        status=info.status,
+        start_ms=info.start_time,
+        end_ms=info.end_time,
+        results_dir=tags.get("workbench.results_dir", ""),
+    )
+
+
+def populations(client: Any, experiment: str | None = None) -> list[Population]:
+    """Every population in the store (newest first), or those of one MLflow experiment."""
+    experiments = client.search_experiments()
+    names = {e.experiment_id: e.name for e in experiments}
+    ids = [e.experiment_id for e in experiments if experiment is None or e.name == experiment]
+    if not ids:
+        return []
+    runs = client.search_runs(
+        ids, filter_string=f"tags.`{ROLE_TAG}` = 'population'", order_by=["start_time DESC"]
+    )
+    return [_population(client, r, names) for r in runs]
+
+
+def find_population(client: Any, ref: str | None, uri: str) -> Population:
+    """A population by parent run id, population name or MLflow experiment (its newest)."""
+    every = populations(client)
+    if not every:
+        raise ExperimentError.single(
+            uri, "", "the MLflow store holds no workbench population yet (run `workbench run`)"
+        )
+    if ref is None:
+        chosen = every[0]
+    else:
+        matches = [p for p in every if ref in (p.run_id, p.name, p.experiment)]
+        if not matches:
+            names = sorted({p.name for p in every} | {p.experiment for p in every})
+            raise ExperimentError.single(
+                uri,
+                "",
+                f"no population or experiment named {ref!r} in the store; it has: "
+                + ", ".join(repr(n) for n in names),
+            )
+        chosen = matches[0]  # newest first
+    chosen.trials = trial_runs(client, chosen)
+    return chosen
+
+
+def trial_runs(client: Any, population: Population) -> list[TrialRun]:
+    runs = client.search_runs(
+        [population.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{population.run_id}'",
+        max_results=5000,
+    )
+    out = []
+    for run in runs:
+        info, data = run.info, run.data
+        trial = TrialRun(
+            run_id=info.run_id,
+            name=data.tags.get("mlflow.runName", info.run_name),
+            trial_id=data.tags.get("workbench.trial_id", ""),
+            status=info.status,
+            params=dict(data.params),
+            metrics=dict(data.metrics),
+            tags=dict(data.tags),
+            start_ms=info.start_time,
+            end_ms=info.end_time,
+        )
+        history = [m.value for m in client.get_metric_history(info.run_id, RETURN_METRIC)]
+        finite = [v for v in history if not math.isnan(v)]
+        trial.best_return = max(finite) if finite else math.nan
+        out.append(trial)
+    return sorted(out, key=lambda t: t.name)
+
+
+def leaderboard(population: Population) -> list[TrialRun]:
+    """Trials ordered by their best return (unscored last)."""
+    return sorted(
+        population.trials,
+        key=lambda t: (math.isnan(t.best_return), -(t.best_return if t else 0), t.name),
+    )
+
+
+def find_trial(client: Any, ref: str, population_ref: str | None, uri: str) -> TrialRun:
+    """A trial by run id, or by name (PPO_00003) / trial id within a population."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(ref)
+    except MlflowException:
+        run = None
+    if run is not None and run.data.tags.get(ROLE_TAG) == "trial":
+        parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+        population = find_population(client, parent.info.run_id, uri)
+    else:
+        population = find_population(client, population_ref, uri)
+    for trial in population.trials:
+        if ref in (trial.run_id, trial.name, trial.trial_id):
+            return trial
+    raise ExperimentError.single(
+        uri,
+        "",
+        f"no trial {ref!r} in population {population.name!r}; it has: "
+        + ", ".join(t.name for t in population.trials),
+    )
+
+
+def metric_history(client: Any, run_id: str, key: str) -> list[tuple[int, float, int]]:
+    """(step, value, timestamp ms), ordered by step."""
+    return sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(run_id, key))
+
+
+def hyperparameter_history(client: Any, trial: TrialRun) -> dict[str, list[tuple[int, Any]]]:
+    """hp -> [(iteration, value)]: the value each Tune iteration was trained with.
+
+    After an exploit a trial repeats iterations (it continues from its donor's);
+    the later values win, which is the history its final policy went through.
+    """
+    iteration_at = {s: int(v) for s, v, _ in metric_history(client, trial.run_id, STEP_METRIC)}
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for key in sorted(k for k in trial.metrics if k.startswith("hp/")):
+        by_iteration: dict[int, float] = {}
+        for step, value, _ in metric_history(client, trial.run_id, key):
+            by_iteration[iteration_at.get(step, step)] = value
+        out[key[3:]] = sorted(by_iteration.items())
+    for key, text in trial.tags.items():
+        if key.startswith("hp/") and key[3:] not in out:
+            out[key[3:]] = [(1, text)]
+    return out
+
+
+def step_schedule(client: Any, trial: TrialRun) -> list[tuple[int, int, dict[str, float]]]:
+    """(step, iteration, values) at every step where a searched value changed."""
+    iteration_at = {s: int(v) for s, v, _ in metric_history(client, trial.run_id, STEP_METRIC)}
+    keys = sorted(k for k in trial.metrics if k.startswith("hp/"))
+    values: dict[int, dict[str, float]] = {}
+    for key in keys:
+        for step, value, _ in metric_history(client, trial.run_id, key):
+            values.setdefault(step, {})[key[3:]] = value
+    out: list[tuple[int, int, dict[str, float]]] = []
+    last: dict[str, float] | None = None
+    for step in sorted(values):
+        if values[step] != last:
+            out.append((step, iteration_at.get(step, step), values[step]))
+            last = values[step]
+    return out
+
+
+def lineage_records(client: Any, population: Population) -> list[LineageRecord]:
+    """The population's exploits, from the parent run's lineage.jsonl artifact."""
+    names = {a.path for a in client.list_artifacts(population.run_id)}
+    if LINEAGE_FILE not in names:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = client.download_artifacts(population.run_id, LINEAGE_FILE, tmp)
+        return parse_jsonl(Path(path).read_text())
+
+
+def trial_ancestry(
+    client: Any, population: Population, records: list[LineageRecord], trial: TrialRun
+) -> tuple[list[Any], dict[str, list[tuple[int, Any]]]]:
+    """The segments the trial's final policy went through, and its stitched schedule."""
+    segments = ancestry(records, trial.trial_id, trial.iteration, name=trial.name)
+    by_id = {t.trial_id: t for t in population.trials}
+    histories = {
+        seg.trial_id: hyperparameter_history(client, by_id[seg.trial_id])
+        for seg in segments
+        if seg.trial_id in by_id
+    }
+    return segments, stitched_schedule(segments, histories)
+
+
+def metric_histories(client: Any, trial: TrialRun, prefix: str) -> dict[int, dict[str, float]]:
+    """step -> {name without the prefix: value} for every metric of the trial's run under
+    ``prefix`` (for example ``workbench/``: the per-iteration time split)."""
+    out: dict[int, dict[str, float]] = {}
+    for key in sorted(k for k in trial.metrics if k.startswith(prefix)):
+        for step, value, _ in metric_history(client, trial.run_id, key):
+            out.setdefault(step, {})[key[len(prefix) :]] = value
+    return dict(sorted(out.items()))

@@ -1,0 +1,695 @@
+"""The experiment file: a typed schema, loading, overrides and validation.
+
+Every problem is reported with the file, the field, the value and what would be
+valid (``ExperimentError``), before anything starts: no Ray, no results folder.
+``workbench schema`` exports :class:`Experiment`'s JSON Schema for editors.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
+from workbench.experiment.algorithms import ALGORITHMS
+from workbench.experiment.search_space import ParamSpec
+from workbench.names import RETURN_METRIC
+
+REPORTED_METRICS = frozenset(
+    {
+        "training_iteration",
+        "time_total_s",
+        "time_this_iter_s",
+        "num_env_steps_sampled_lifetime",
+        RETURN_METRIC,
+        "env_runners/episode_len_mean",
+        "env_runners/episode_return_max",
+        "env_runners/episode_return_min",
+        "env_runners/num_episodes",
+        "env_runners/num_env_steps_sampled",
+    }
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class EnvSection(_Strict):
+    """The environment every trial trains on."""
+
+    id: str = Field(description="A sim_ext id (sim_ext/CartPole-v1) or a registered Gymnasium id.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="env_config: keyword arguments of the environment."
+    )
+
+
+class SearchSpaceSection(_Strict):
+    """Hyperparameters to search: a file from search_spaces/ and/or inline blocks."""
+
+    file: str | None = Field(
+        None,
+        description="A YAML file of blocks (name: {loguniform: [low, high]}), looked up next to "
+        "the experiment, then in search_spaces/. Inline params override its entries.",
+    )
+    params: dict[str, ParamSpec] = Field(
+        default_factory=dict, description="Inline blocks, one per hyperparameter."
+    )
+
+
+class PBTScheduler(_Strict):
+    """Population-based training: exploit the top, explore by perturbing (clamped to bounds)."""
+
+    type: Literal["pbt"]
+    perturbation_interval: PositiveInt = Field(
+        4, description="Training iterations between exploit/explore decisions."
+    )
+    burn_in_period: NonNegativeInt = Field(0, description="Iterations before the first one.")
+    quantile_fraction: float = Field(
+        0.25, gt=0, le=0.5, description="Fraction of the population cloned / replaced."
+    )
+    resample_probability: float = Field(
+        0.25, ge=0, le=1, description="Chance of resampling a value instead of perturbing it."
+    )
+    perturbation_factors: tuple[PositiveFloat, PositiveFloat] = Field(
+        (1.2, 0.8), description="Factors a continuous value is multiplied by."
+    )
+    synch: bool = Field(False, description="Synchronous PBT (wait for the whole population).")
+
+
+class PB2Scheduler(_Strict):
+    """PB2: PBT whose explore step is a GP bandit over the numeric bounds."""
+
+    type: Literal["pb2"]
+    perturbation_interval: PositiveInt = 4
+    quantile_fraction: float = Field(0.25, gt=0, le=0.5)
+    synch: bool = Field(False, description="Synchronous PB2 (wait for the whole population).")
+
+
+class ASHAScheduler(_Strict):
+    """Asynchronous successive halving: stop weak trials early."""
+
+    type: Literal["asha"]
+    max_t: PositiveInt = Field(100, description="Most iterations a trial may train.")
+    grace_period: PositiveInt = Field(5, description="Iterations before a trial can be stopped.")
+    reduction_factor: float = Field(3.0, gt=1)
+    brackets: PositiveInt = 1
+
+
+class FIFOScheduler(_Strict):
+    """Every trial runs to its stop rule."""
+
+    type: Literal["fifo"]
+
+
+class ReplayStep(_Strict):
+    """From this iteration on, train with these values (the others stay as they were)."""
+
+    iteration: PositiveInt = Field(description="The first Tune iteration trained with them.")
+    values: dict[str, Any] = Field(
+        min_length=1, description="Hyperparameters by RLlib's public names (lr, lambda_, ...)."
+    )
+
+
+class ReplayScheduler(_Strict):
+    """Replays a hyperparameter schedule: every trial starts with the first step's values
+    and changes to a step's values before training its iteration (it saves a checkpoint
+    and restores it with the new config, as a PBT exploit does, onto its own weights).
+    `workbench export-schedule` writes one from a PBT population's winner."""
+
+    type: Literal["replay"]
+    schedule: list[ReplayStep] = Field(
+        min_length=1,
+        description="Steps by increasing iteration; the first is iteration 1 and names "
+        "every hyperparameter the schedule sets.",
+    )
+
+    @field_validator("schedule")
+    @classmethod
+    def _ordered_and_complete(cls, steps: list[ReplayStep]) -> list[ReplayStep]:
+        if steps[0].iteration != 1:
+            raise ValueError(
+                f"the first step is at iteration {steps[0].iteration}; it must be at "
+                "iteration 1 (the values training starts with)"
+            )
+        names = set(steps[0].values)
+        for before, step in itertools.pairwise(steps):
+            if step.iteration <= before.iteration:
+                raise ValueError(
+                    f"iteration {step.iteration} follows iteration {before.iteration}; "
+                    "give the steps by strictly increasing iteration"
+                )
+            extra = sorted(set(step.values) - names)
+            if extra:
+                raise ValueError(
+                    f"the step at iteration {step.iteration} sets {', '.join(extra)}, which "
+                    f"the first step does not; the first step must name every "
+                    f"hyperparameter (it has {', '.join(sorted(names))})"
+                )
+        return steps
+
+    def values_at(self, iteration: int) -> dict[str, Any]:
+        """The values iteration `iteration` trains with."""
+        values: dict[str, Any] = {}
+        for step in self.schedule:
+            if step.iteration > iteration:
+                break
+            values.update(step.values)
+        return values
+
+
+Scheduler = Annotated[
+    PBTScheduler | PB2Scheduler | ASHAScheduler | FIFOScheduler | ReplayScheduler,
+    Field(discriminator="type"),
+]
+
+
+class SearchSection(_Strict):
+    """How the initial configurations are drawn."""
+
+    type: Literal["random", "grid", "optuna"] = Field(
+        "random",
+        description="random: sample each block; grid: only grid blocks (all "
+        "combinations); optuna: Optuna's TPE (not with PBT/PB2, which mutate configs).",
+    )
+    seed: int | None = Field(None, description="Seed of the searcher (defaults to `seed`).")
+
+
+class StopSection(_Strict):
+    """A trial stops at the first rule met."""
+
+    return_mean: float | None = Field(
+        None, description=f"Stop once {RETURN_METRIC} reaches this value."
+    )
+    iterations: PositiveInt | None = Field(None, description="training_iteration")
+    env_steps: PositiveInt | None = Field(None, description="num_env_steps_sampled_lifetime")
+    wall_time_s: PositiveFloat | None = Field(
+        None,
+        description="Wall-clock budget of the whole experiment, startup, restores and "
+        "checkpoints included (Tune's time_budget_s): every trial stops when it runs out.",
+    )
+    trial_time_s: PositiveFloat | None = Field(
+        None, description="A trial's own training time (time_total_s, which excludes restores)."
+    )
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="Other reported metrics: stop once one reaches its value."
+    )
+    all_at_return: bool | None = Field(
+        None,
+        description="End the whole experiment once any trial reaches return_mean "
+        "(default: yes under PBT/PB2, whose population searches together; no otherwise).",
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _reported(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if name not in REPORTED_METRICS:
+                raise ValueError(
+                    f"{name!r} is never reported{did_you_mean(name, REPORTED_METRICS)}; "
+                    f"reported metrics: {one_of(REPORTED_METRICS)}"
+                )
+        return value
+
+    def tune_stop(self) -> dict[str, float]:
+        rules: dict[str, float] = dict(self.metrics)
+        if self.return_mean is not None:
+            rules[RETURN_METRIC] = self.return_mean
+        if self.iterations is not None:
+            rules["training_iteration"] = self.iterations
+        if self.env_steps is not None:
+            rules["num_env_steps_sampled_lifetime"] = self.env_steps
+        if self.trial_time_s is not None:
+            rules["time_total_s"] = self.trial_time_s
+        return rules
+
+
+class CheckpointSection(_Strict):
+    frequency: PositiveInt = Field(4, description="Checkpoint every this many iterations.")
+    keep: PositiveInt = Field(
+        4, description="Checkpoints kept per trial (PBT/PB2 need >= 3: a donor's must survive)."
+    )
+    at_end: bool = Field(True, description="Checkpoint when a trial finishes.")
+
+
+class ReportingSection(_Strict):
+    """What one train() call (one Tune iteration) holds, and the window of the episode
+    means: RLlib's ``AlgorithmConfig.reporting`` settings, under RLlib's names. Unset
+    fields keep the algorithm's own values (APPO and IMPALA loop their training step for
+    at least 10 s per iteration; PPO, DQN and SAC iterate on one batch)."""
+
+    min_time_s_per_iteration: NonNegativeFloat | None = Field(
+        None, description="An iteration lasts at least this many seconds (IMPALA/APPO: 10)."
+    )
+    min_sample_timesteps_per_iteration: NonNegativeInt | None = Field(
+        None, description="An iteration samples at least this many env steps."
+    )
+    min_train_timesteps_per_iteration: NonNegativeInt | None = Field(
+        None, description="An iteration trains on at least this many env steps."
+    )
+    metrics_num_episodes_for_smoothing: PositiveInt | None = Field(
+        None,
+        description="Episodes in env_runners/episode_return_mean, the return that stop "
+        "rules and schedulers read (RLlib: 100).",
+    )
+
+
+class FailureSection(_Strict):
+    max_failures: NonNegativeInt = Field(
+        2, description="Times a trial is retried from its last checkpoint before it fails."
+    )
+
+
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+VectorizeMode = Literal["auto", "sync", "async", "vector_entry_point"]
+# Keys of the flat layout that preceded the env_runners block; still read, never written.
+_LEGACY_RUNNER_KEYS = {"envs_per_runner": "envs_per_runner", "cpus_per_runner": "cpus_each"}
+
+
+class EnvRunnersSection(_Strict):
+    """The env runners of one trial: actors that step the environments (sampling)."""
+
+    count: NonNegativeInt = Field(
+        0, description="Remote env runners (0: sample in the trial's main process)."
+    )
+    cpus_each: PositiveFloat = Field(
+        1.0, description="CPUs of each runner's bundle (fractions let runners share a core)."
+    )
+    envs_per_runner: PositiveInt = Field(8, description="Environments each runner steps.")
+    vectorize: VectorizeMode = Field(
+        "auto",
+        description="How a runner batches its environments (RLlib's gym_env_vectorize_mode): "
+        "'vector_entry_point' steps them all in one call of the env's own vector class "
+        "(sim_ext's C++ batch), 'sync' one after the other in Python, 'async' in "
+        "subprocesses; 'auto' is vector_entry_point for sim_ext ids, else sync.",
+    )
+
+
+class ResourcesSection(_Strict):
+    """What one trial asks for: its placement group (gang-scheduled: all bundles or none).
+
+    The bundles are RLlib's own (`Algorithm.default_resource_request`): the main process,
+    one per env runner, one per remote learner. `workbench plan` prints them and how many
+    trials fit on a cluster; `workbench run` refuses a trial that could never fit.
+    """
+
+    model_config = ConfigDict(json_schema_extra=lambda schema, _: _legacy_resources_schema(schema))
+
+    cpus_main: PositiveFloat = Field(
+        1.0,
+        description="CPUs of the trial's main process (with num_learners 0 it also hosts "
+        "the learner; fractions let several small trials share a core).",
+    )
+    num_learners: NonNegativeInt = Field(
+        0, description="Remote learner actors (0: learn in the trial's main process)."
+    )
+    gpus_per_learner: NonNegativeFloat = Field(
+        0.0,
+        description="GPUs of each learner (with num_learners 0: of the main process). "
+        "A fraction lets trials share a GPU (one learner per trial); above 1, whole GPUs.",
+    )
+    cpus_per_learner: NonNegativeFloat | Literal["auto"] = Field(
+        "auto",
+        description="CPUs of each learner; 'auto' is RLlib's rule: 1 without a GPU, 0 with one.",
+    )
+    env_runners: EnvRunnersSection = Field(
+        default_factory=EnvRunnersSection,
+        description="The env runners: {count, cpus_each, envs_per_runner, vectorize}; a "
+        "number is the count.",
+    )
+    placement_strategy: PlacementStrategy = Field(
+        "PACK",
+        description="How a trial's bundles are placed on nodes (Ray placement group "
+        "strategy): PACK as few nodes as possible, SPREAD over as many as possible, "
+        "STRICT_PACK all on one node, STRICT_SPREAD each on a different node.",
+    )
+    no_gpu: Literal["fail", "cpu_fallback"] = Field(
+        "fail",
+        description="When the cluster has no GPU at all but the trial asks for one: 'fail' "
+        "(refuse to start, with the numbers) or 'cpu_fallback' (learners train on CPU, "
+        "said loudly at start).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_legacy_keys(cls, data: Any) -> Any:
+        """`env_runners: 2` is the count; flat `envs_per_runner` / `cpus_per_runner` (the
+        layout before the env_runners block, in older files and saved results) move in."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        runners = data.get("env_runners")
+        if isinstance(runners, int) and not isinstance(runners, bool):
+            runners = {"count": runners}
+        legacy = {new: data.pop(old) for old, new in _LEGACY_RUNNER_KEYS.items() if old in data}
+        if legacy:
+            if runners is None:
+                runners = {}
+            if isinstance(runners, dict):
+                for key, value in legacy.items():
+                    if key in runners and runners[key] != value:
+                        raise ValueError(
+                            f"env_runners.{key} is {runners[key]!r} but the older flat key "
+                            f"says {value!r}; keep env_runners.{key} only"
+                        )
+                runners = {**legacy, **runners}
+        if runners is not None:
+            data["env_runners"] = runners
+        return data
+
+    @model_validator(mode="after")
+    def _learners_make_sense(self) -> ResourcesSection:
+        gpus = self.gpus_per_learner
+        if gpus > 1 and not float(gpus).is_integer():
+            raise ValueError(
+                f"gpus_per_learner {gpus:g}: above 1 GPU a learner takes whole GPUs "
+                f"(Ray cannot split a request across GPUs); use {int(gpus)} or {int(gpus) + 1}"
+            )
+        if self.num_learners > 1 and 0 < gpus < 1:
+            raise ValueError(
+                f"num_learners {self.num_learners} at gpus_per_learner {gpus:g}: learners "
+                "of one trial sharing a GPU fail in NCCL (Ray PR 45382); use one learner "
+                "with a fractional GPU, or whole GPUs per learner"
+            )
+        if self.num_learners > 0 and gpus == 0 and self.cpus_per_learner == 0:
+            raise ValueError(
+                "cpus_per_learner 0 with gpus_per_learner 0: a learner needs a CPU or a "
+                "GPU; give cpus_per_learner > 0 (or 'auto')"
+            )
+        return self
+
+
+def _legacy_resources_schema(schema: dict[str, Any]) -> None:
+    """Editors must accept what the loader accepts: the count as `env_runners: N` and the
+    flat keys of older files (marked deprecated)."""
+    props = schema["properties"]
+    block = {k: v for k, v in props["env_runners"].items() if k not in ("description", "title")}
+    props["env_runners"] = {
+        "anyOf": [block, {"type": "integer", "minimum": 0}],
+        "title": "Env Runners",
+        "description": props["env_runners"].get("description", ""),
+    }
+    props["envs_per_runner"] = {
+        "type": "integer",
+        "exclusiveMinimum": 0,
+        "deprecated": True,
+        "description": "Older spelling of env_runners.envs_per_runner.",
+    }
+    props["cpus_per_runner"] = {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "deprecated": True,
+        "description": "Older spelling of env_runners.cpus_each.",
+    }
+
+
+class TrackingSection(_Strict):
+    """Where and what the workbench logs to MLflow (see workbench/tracking.py)."""
+
+    enabled: bool = Field(True, description="Log the population to MLflow.")
+    uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else an sqlite store "
+        "<storage>/mlflow.db next to the results).",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment name (default: name).")
+    metrics: Literal["curated", "all"] | list[str] = Field(
+        "curated",
+        description="Result metrics logged per result: 'curated' (return, episode length, env "
+        "steps, throughput, timers, losses), 'all', or a list of glob patterns over the "
+        "flattened result keys (e.g. 'learners/*/vf_loss').",
+    )
+    flush_timeout_s: PositiveFloat = Field(
+        120.0,
+        description="At the end of a run, how long to wait for an unreachable store before "
+        "spooling the unwritten results to the results folder (written at the next resume).",
+    )
+
+
+class EvaluationSection(_Strict):
+    """How trained policies are evaluated: `workbench eval`, and the best trial of the
+    population at the end of `workbench run` / `workbench resume`."""
+
+    at_end: Literal["best", "none"] = Field(
+        "best",
+        description="'best': when the population ends, roll out the best trial's last "
+        "checkpoint and log eval/* to its MLflow run; 'none': skip it.",
+    )
+    episodes: PositiveInt = Field(10, description="Episodes to roll out (seeds seed, seed+1, ...).")
+    deterministic: bool = Field(
+        True,
+        description="Act with the policy's most likely action (argmax, or the mean of a "
+        "continuous distribution) instead of sampling it.",
+    )
+
+
+class Experiment(_Strict):
+    """A population search: what trains, on what, searched how, stopped when, stored where."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Names the results.")
+    algorithm: str = Field(description=f"One of {', '.join(ALGORITHMS)}.")
+    env: EnvSection
+    training: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fixed hyperparameters, RLlib's public names (lr, lambda_, "
+        "train_batch_size_per_learner, ...).",
+    )
+    reporting: ReportingSection = Field(default_factory=ReportingSection)
+    search_space: SearchSpaceSection = Field(default_factory=SearchSpaceSection)
+    scheduler: Scheduler = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
+    search: SearchSection = Field(default_factory=SearchSection)
+    population: PositiveInt = Field(
+        4, alias="num_samples", description="Trials (num_samples; per grid point with grids)."
+    )
+    max_concurrent: PositiveInt | None = Field(
+        None, description="Trials running at once (default: as many as fit)."
+    )
+    stop: StopSection = Field(default_factory=StopSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    failure: FailureSection = Field(default_factory=FailureSection)
+    resources: ResourcesSection = Field(default_factory=ResourcesSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    env_runner: Literal["auto", "fast", "rllib"] = Field(
+        "auto",
+        description="How trials sample: 'fast' is the workbench's batched env runner (PPO, "
+        "APPO, IMPALA on vector envs; several times RLlib's throughput, the same episodes), "
+        "'rllib' RLlib's SingleAgentEnvRunner, 'auto' the fast one where it applies.",
+    )
+    model: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The policy and value networks: fields of RLlib's DefaultModelConfig "
+        "(fcnet_hiddens, fcnet_activation, vf_share_layers, ...). Fields left out come from "
+        "`defaults`.",
+    )
+    defaults: Literal["auto", "small_env", "rllib"] = Field(
+        "auto",
+        description="What fills what the file leaves unset: 'small_env' the workbench's "
+        "defaults for small vector observations (a 64x64 tanh MLP per network, four "
+        "minibatches per PPO batch, one torch thread per trial process), 'rllib' RLlib's own "
+        "(a 256x256 MLP, minibatches of 128), 'auto' small_env for PPO, APPO and IMPALA with "
+        "discrete actions on a flat observation of at most 64 features, else rllib.",
+    )
+    reuse_actors: bool = Field(
+        True,
+        description="Tune keeps a trial's process for its next start (after a PBT pause or "
+        "exploit) or for the next trial: the algorithm is rebuilt in it (tens of ms) instead "
+        "of a new process importing torch and RLlib (about 4 s). false: a new process for "
+        "every start.",
+    )
+    evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
+    storage: str = Field("results", description="Results folder; this run goes to storage/name.")
+    seed: int = Field(0, description="Seeds searchers, PBT's choices and every trial's streams.")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        if value not in ALGORITHMS:
+            upper = {a.upper(): a for a in ALGORITHMS}
+            if value.upper() in upper:
+                return upper[value.upper()]
+            raise ValueError(
+                f"unknown algorithm {value!r}{did_you_mean(value, ALGORITHMS)}; "
+                f"valid: {one_of(ALGORITHMS)}"
+            )
+        return value
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of experiment files (for editors: yaml-language-server)."""
+    schema = Experiment.model_json_schema(by_alias=False)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "PBT workbench experiment"
+    population = schema["properties"]["population"]
+    schema["properties"]["num_samples"] = {
+        **population,
+        "title": "Num Samples",
+        "description": "Alias of population.",
+    }
+    schema["not"] = {"required": ["population", "num_samples"]}
+    return schema
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads 1e-3 (no dot) as a float, as YAML 1.2 and people do."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(path: Path) -> Any:
+    """safe_load with errors that give the file, line and column."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ExperimentError.single(str(path), "", "no such file") from None
+    except OSError as err:
+        raise ExperimentError.single(str(path), "", f"cannot be read: {err.strerror}") from None
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ExperimentError.single(
+            str(path), "", f"invalid YAML at {where}: {err.problem}"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ExperimentError.single(str(path), "", f"invalid YAML: {err}") from None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
+    """``--set key.path=value`` (the value read as YAML: 3, 1e-3, true, [1, 2], text)."""
+    data = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ExperimentError.single(
+                file, "--set", f"{item!r} is not key.path=value (for example stop.iterations=20)"
+            )
+        path, _, text = item.partition("=")
+        keys = path.strip().split(".")
+        if not all(keys):
+            raise ExperimentError.single(file, "--set", f"{path!r} is not a dotted key path")
+        try:
+            value = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError:
+            value = text
+        node = data
+        for key in keys[:-1]:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ExperimentError.single(
+                    file, path, f"--set cannot go inside {key!r}, which is {child!r}"
+                )
+            node = child
+        node[keys[-1]] = value
+    return data
+
+
+def _problems_from(err: ValidationError, file: str, model: type[BaseModel]) -> list[Problem]:
+    problems = []
+    for e in err.errors():
+        loc = [str(part) for part in e["loc"]]
+        # Drop pydantic's union tags (scheduler.pbt.x -> scheduler.x).
+        section: type[BaseModel] = model
+        if len(loc) >= 2 and loc[0] == "scheduler" and loc[1] in _SCHEDULERS:
+            section = _SCHEDULERS[loc.pop(1)]
+        field = ".".join(loc)
+        value = e.get("input")
+        if e["type"] == "extra_forbidden":
+            valid = (
+                _fields_at(model, loc[:-1]) if section is model else _fields_at(section, loc[1:-1])
+            )
+            message = f"unknown key {loc[-1]!r}{did_you_mean(loc[-1], valid)}; valid: " + (
+                one_of(valid) if valid else "none"
+            )
+        elif e["type"] == "missing":
+            message = "is required"
+        elif e["type"] == "union_tag_invalid":
+            message = f"unknown type {value.get('type')!r}; valid: {one_of(_SCHEDULERS)}"
+            field = field.rsplit(".", 1)[0] + ".type" if field else "type"
+        elif e["type"] == "union_tag_not_found":
+            message = f"needs a type: one of {one_of(_SCHEDULERS)}"
+        else:
+            text = e["msg"].removeprefix("Value error, ")
+            shown = "" if isinstance(value, dict) else f"{value!r}: "
+            message = f"{shown}{text}"
+        problems.append(Problem(file, field, message))
+    return problems
+
+
+_SCHEDULERS: dict[str, type[BaseModel]] = {
+    "pbt": PBTScheduler,
+    "pb2": PB2Scheduler,
+    "asha": ASHAScheduler,
+    "fifo": FIFOScheduler,
+    "replay": ReplayScheduler,
+}
+
+
+def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """The valid keys of the section at ``loc`` (for did-you-mean on unknown keys)."""
+    current: Any = model
+    parts = iter(loc)
+    for part in parts:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        annotation = fields[part].annotation
+        current = _model_in(annotation)
+        if current is None:
+            return []
+        if getattr(annotation, "__origin__", None) in (dict, list):
+            next(parts, None)  # a key of the mapping (a parameter name) or an index
+    fields = getattr(current, "model_fields", {})
+    names = set(fields) | {f.alias for f in fields.values() if f.alias}
+    return sorted(names)
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """Reads, overrides and validates one experiment file (the schema only; see resolve)."""
+    file = Path(path)
+    raw = read_yaml(file)
+    if not isinstance(raw, dict):
+        raise ExperimentError.single(
+            str(file), "", f"must be a mapping of sections, got {type(raw).__name__}"
+        )
+    raw = apply_overrides(raw, overrides or [], str(file))
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as err:
+        raise ExperimentError(_problems_from(err, str(file), Experiment)) from None

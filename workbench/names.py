@@ -1,0 +1,44 @@
+"""The names several parts of the workbench share: one home for each spelling.
+
+MLflow tag names, the files of a results folder, the result keys the workbench ranks
+and steps by, and the rule that names a trial. A module that writes one of these and
+another that reads it import it from here, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# --- result keys (RLlib 2.60's new API stack) ---------------------------------------------------
+RETURN_METRIC = "env_runners/episode_return_mean"
+STEPS_METRIC = "num_env_steps_sampled_lifetime"
+# Logged with every result; its history in MLflow gives a run's last step.
+STEP_METRIC = "training_iteration"
+
+# --- the files of a results folder --------------------------------------------------------------
+STORE_FILE = "mlflow.db"  # the default sqlite MLflow store, beside the population folders
+ARTIFACTS_DIR = "mlartifacts"  # the default store's artifacts, beside it
+RESOLVED_FILE = "workbench_experiment.yaml"  # the experiment as resolved: resume reads it
+LINEAGE_FILE = "lineage.jsonl"  # one line per PBT exploit
+SPOOL_FILE = "mlflow_pending.jsonl"  # MLflow writes the store did not take; resume writes them
+SESSION_FILE = "ray_session.json"  # the local Ray the driver started (for cleanup)
+PLOTS_DIR = "plots"  # the population's PNGs
+
+# --- MLflow runs and tags -----------------------------------------------------------------------
+PARENT = "__population__"  # the tracker's handle of the population's parent run
+KEY_TAG = "workbench.key"  # finds a population's runs again after a restore
+ROLE_TAG = "workbench.role"  # "population" or "trial"
+RESULTS_DIR_TAG = "workbench.results_dir"
+TRIAL_ID_TAG = "workbench.trial_id"
+CLONED_FROM_TAG = "workbench.cloned_from"  # the donor of the last exploit
+LAST_EXPLOIT_TAG = "workbench.last_exploit"
+ERROR_TAG = "workbench.error"  # a trial's final failure
+LAST_FAILURE_TAG = "workbench.last_failure"  # a failure Tune retried
+FAILURES_TAG = "workbench.failures"
+STOPPED_BY_TAG = "workbench.stopped_by"
+EVAL_TAG_PREFIX = "workbench.eval."
+
+
+def trial_name(trial: Any) -> str:
+    """PPO_00003: the algorithm and the trial's index (Tune's default repeats the env id)."""
+    return f"{trial.trainable_name}_{str(trial.trial_id).rsplit('_', 1)[-1]}"

@@ -1,0 +1,425 @@
+"""`workbench plan` and the pre-flight of `workbench run`: one trial's placement group
+against a cluster, before anything starts.
+
+A plan says what RLlib will ask Ray for per trial, how many trials fit at once on the
+cluster (a live one, the numbers given, or this machine), how long the population would
+queue, and whether the env runners can feed the learner. The pre-flight is the same plan
+against the live cluster: a trial that can never fit (Ray would leave it PENDING forever)
+is an ExperimentError with the numbers and what would fit, raised before the results
+folder or Tune exist."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.errors import ExperimentError, Problem
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.plan.resources import (
+    Cluster,
+    TrialRequest,
+    concurrent_trials,
+    fmt,
+    trial_request,
+    unfit_reasons,
+)
+from workbench.plan.throughput import (
+    Throughput,
+    _throughput_lines,
+    estimate_throughput,
+    probe_throughput,
+)
+from workbench.trial.config import algorithm_config
+
+Configure = Callable[[Any], Any]
+
+
+# Counting how many trials a cluster holds stops here (the plan says "or more").
+_CAPACITY_CAP = 1000
+
+
+@dataclass
+class Plan:
+    file: str
+    algorithm: str
+    env: str
+    request: TrialRequest
+    cluster: Cluster
+    trials: int  # population x grid points
+    population: int
+    grid_points: int
+    max_concurrent: int | None
+    concurrent: int
+    limited_by: str | None
+    capacity: int  # trials the cluster holds at once, whatever the population
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # said loudly (stderr in the CLI)
+    notes: list[str] = field(default_factory=list)
+    cpu_fallback: bool = False
+    throughput: Throughput | None = None
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    @property
+    def waves(self) -> int:
+        return math.ceil(self.trials / self.concurrent) if self.concurrent else 0
+
+    def summary(self) -> str:
+        """One line for the start of `workbench run`."""
+        if not self.fits:
+            return "Plan: one trial does not fit on " + self.cluster.source
+        return (
+            f"Plan: one trial = {fmt(self.request.totals)} ({len(self.request.bundles)} "
+            f"bundles, {self.request.strategy}); {self.concurrent} of {self.trials} trials "
+            f"at once on {self.cluster.source} ({self.waves} wave"
+            f"{'s' if self.waves != 1 else ''})"
+        )
+
+    def lines(self) -> list[str]:
+        out = [
+            f"Plan for {self.file}: {self.algorithm} on {self.env}",
+            f"Cluster: {self.cluster.source}: {self.cluster.describe()}",
+        ]
+        out += [f"WARNING: {w}" for w in self.warnings]
+        out.append(
+            f"One trial's placement group, as RLlib requests it "
+            f"(Algorithm.default_resource_request), strategy {self.request.strategy}:"
+        )
+        width = max(len(b.role) for b in self.request.bundles)
+        for index, bundle in enumerate(self.request.bundles):
+            out.append(f"  bundle {index:<3} {bundle.role:<{width}}  {fmt(bundle.resources)}")
+        out.append(f"  {'per trial':<11}{'':<{width}}  {fmt(self.request.totals)}")
+        grid = f" x {self.grid_points} grid points" if self.grid_points > 1 else ""
+        limit = f", max_concurrent {self.max_concurrent}" if self.max_concurrent else ""
+        out.append(f"Trials: {self.trials} (population {self.population}{grid}{limit})")
+        if self.fits:
+            if self.limited_by:
+                why = f" (limited by {self.limited_by})"
+            else:
+                holds = f"{self.capacity}" + (" or more" if self.capacity >= _CAPACITY_CAP else "")
+                first = "all of them" if self.concurrent == self.trials else "max_concurrent"
+                why = f" ({first}; the cluster holds {holds})"
+            out.append(f"At once: {self.concurrent}{why}")
+            out.append(
+                f"Queue: {self.waves} wave{'s' if self.waves != 1 else ''} "
+                f"(ceil({self.trials} / {self.concurrent}))"
+                + (
+                    ": the population takes about that many times one trial's time"
+                    if self.waves > 1
+                    else ": every trial starts at once"
+                )
+            )
+        else:
+            out.append("At once: none, the trial can never be placed (see below)")
+        out += [f"Note: {n}" for n in self.notes]
+        if self.throughput is not None:
+            out += _throughput_lines(self.throughput)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        rate = self.throughput
+        return {
+            "file": self.file,
+            "algorithm": self.algorithm,
+            "env": self.env,
+            "strategy": self.request.strategy,
+            "bundles": [{"role": b.role, "resources": b.resources} for b in self.request.bundles],
+            "per_trial": self.request.totals,
+            "cluster": {
+                "source": self.cluster.source,
+                "nodes": [
+                    {"name": n.name, "resources": {k: v for k, v in n.resources.items()}}
+                    for n in self.cluster.nodes
+                ],
+                "totals": self.cluster.totals,
+            },
+            "trials": self.trials,
+            "max_concurrent": self.max_concurrent,
+            "concurrent": self.concurrent,
+            "capacity": self.capacity,
+            "limited_by": self.limited_by,
+            "waves": self.waves,
+            "fits": self.fits,
+            "cpu_fallback": self.cpu_fallback,
+            "problems": [str(p) for p in self.problems],
+            "warnings": self.warnings,
+            "notes": self.notes,
+            "throughput": None
+            if rate is None
+            else {
+                "runners": rate.runners,
+                "env_steps_per_s_per_runner": rate.per_runner,
+                "sampling_env_steps_per_s": rate.sampling,
+                "learner_env_steps_per_s": [rate.learner_low, rate.learner_high],
+                "ratio": list(rate.ratio) if rate.ratio else None,
+                "measured": rate.measured,
+                "detail": rate.detail,
+            },
+        }
+
+
+def grid_points(resolved: ResolvedExperiment) -> int:
+    points = 1
+    for spec in resolved.search_space.values():
+        if spec.kind == "grid":
+            points *= len(spec.grid or [])
+    return points
+
+
+def with_resources(resolved: ResolvedExperiment, **changes: Any) -> ResolvedExperiment:
+    """A copy whose resources section has these fields changed (env_runners: a dict)."""
+    exp = resolved.experiment
+    res = exp.resources
+    runners = changes.pop("env_runners", None)
+    if runners is not None:
+        changes["env_runners"] = res.env_runners.model_copy(update=runners)
+    new = exp.model_copy(update={"resources": res.model_copy(update=changes)})
+    return dataclasses.replace(resolved, experiment=new)
+
+
+def request_for(resolved: ResolvedExperiment, configure: Configure | None = None) -> TrialRequest:
+    """The placement group of one trial of this experiment, read from RLlib."""
+    config = algorithm_config(resolved)
+    if configure is not None:
+        config = configure(config)
+    # RLlib's validate() logs "You are running PPO on the new API stack!" each time.
+    quiet = logging.getLogger("ray.rllib.algorithms.algorithm_config")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return trial_request(config)
+    except ValueError as err:  # RLlib's config.validate()
+        raise ExperimentError.single(
+            str(resolved.file), "resources", f"RLlib rejects the config: {err}"
+        ) from None
+    finally:
+        quiet.setLevel(level)
+
+
+def make_plan(
+    resolved: ResolvedExperiment,
+    cluster: Cluster,
+    *,
+    configure: Configure | None = None,
+    probe: bool = False,
+) -> Plan:
+    """The plan of one experiment on one cluster (no Ray started; ``probe`` builds the
+    algorithm locally for a few seconds to measure sampling and learning rates)."""
+    exp = resolved.experiment
+    res = exp.resources
+    where = str(resolved.file)
+    request = request_for(resolved, configure)
+    warnings: list[str] = []
+    problems: list[Problem] = []
+    notes: list[str] = []
+    fallback = False
+    gpus = request.totals.get("GPU", 0.0)
+    if gpus and not cluster.totals.get("GPU") and res.no_gpu == "cpu_fallback":
+        fallback = True
+        resolved = with_resources(resolved, gpus_per_learner=0.0)
+        request = request_for(resolved, configure)
+        warnings.append(
+            f"NO GPU on {cluster.source}: the experiment asks for GPU {gpus:g} per "
+            "trial and says resources.no_gpu: cpu_fallback, so its learners train on "
+            "CPU (the bundles below are the fallback's; expect slower learning)"
+        )
+    points = grid_points(resolved)
+    trials = exp.population * points
+    limit = min(trials, exp.max_concurrent or trials)
+    fit = concurrent_trials(request, cluster, limit)
+    capacity = fit.concurrent
+    if fit.limited_by is None:
+        capacity = concurrent_trials(request, cluster, _CAPACITY_CAP).concurrent
+    if fit.concurrent == 0:
+        problems.append(
+            Problem(
+                where,
+                _unfit_field(request, cluster),
+                _unfit_message(resolved, request, cluster, configure),
+            )
+        )
+    if res.env_runners.vectorize == "vector_entry_point":
+        import gymnasium as gym
+
+        spec = gym.spec(exp.env.id)
+        if spec.vector_entry_point is None:
+            problems.append(
+                Problem(
+                    where,
+                    "resources.env_runners.vectorize",
+                    f"'vector_entry_point' needs an environment with its own vector class; "
+                    f"{exp.env.id} has none: use 'sync', 'async' or 'auto'",
+                )
+            )
+    if fit.concurrent and fit.concurrent < trials and exp.scheduler.type in ("pbt", "pb2"):
+        interval = getattr(exp.scheduler, "perturbation_interval", 0)
+        notes.append(
+            f"{exp.scheduler.type.upper()} with {trials} members and {fit.concurrent} "
+            f"slot{'s' if fit.concurrent != 1 else ''}: members take turns, pausing every "
+            f"{interval} iterations (each turn restores a checkpoint into a new actor), so "
+            "exploits compare members that trained at different times"
+        )
+    budget = exp.stop.wall_time_s
+    if fit.concurrent and exp.stop.trial_time_s is not None:
+        waves = math.ceil(trials / fit.concurrent)
+        total = waves * exp.stop.trial_time_s
+        text = f"stop.trial_time_s {exp.stop.trial_time_s:g} x {waves} waves: about {total:g} s"
+        if budget is not None and total > budget:
+            text += f", more than stop.wall_time_s {budget:g}: the last waves would not run"
+        notes.append(text + " (startup and restores not counted)")
+    throughput = None
+    try:
+        throughput = probe_throughput(resolved) if probe else estimate_throughput(resolved)
+    except ExperimentError:
+        raise
+    except Exception as err:  # an estimate must never stop a plan
+        notes.append(f"sampling vs learning not estimated: {type(err).__name__}: {err}")
+    return Plan(
+        file=where,
+        algorithm=exp.algorithm,
+        env=exp.env.id,
+        request=request,
+        cluster=cluster,
+        trials=trials,
+        population=exp.population,
+        grid_points=points,
+        max_concurrent=exp.max_concurrent,
+        concurrent=fit.concurrent,
+        limited_by=fit.limited_by,
+        capacity=capacity,
+        problems=problems,
+        warnings=warnings,
+        notes=notes,
+        cpu_fallback=fallback,
+        throughput=throughput,
+    )
+
+
+def _unfit_field(request: TrialRequest, cluster: Cluster) -> str:
+    totals = cluster.totals
+    if request.totals.get("GPU", 0.0) > totals.get("GPU", 0.0):
+        return "resources.gpus_per_learner"
+    if request.strategy.startswith("STRICT"):
+        return "resources.placement_strategy"
+    return "resources"
+
+
+def _unfit_message(
+    resolved: ResolvedExperiment,
+    request: TrialRequest,
+    cluster: Cluster,
+    configure: Configure | None,
+) -> str:
+    reasons = unfit_reasons(request, cluster)
+    text = (
+        f"one trial can never be placed on {cluster.source} [{cluster.describe()}]: "
+        + "; ".join(reasons)
+        + f". Its placement group ({request.strategy}): {_bundles_text(request)}; "
+        f"per trial {fmt(request.totals)}. "
+    )
+    valid = what_would_fit(resolved, request, cluster, configure)
+    if valid:
+        text += "It would fit with " + "; or with ".join(valid) + ". "
+    return text + "Ray would leave such a trial PENDING forever"
+
+
+def _bundles_text(request: TrialRequest) -> str:
+    """'main process CPU 1, 4 env runners CPU 1 each, learner GPU 1'."""
+    groups: list[tuple[str, str, int]] = []  # (kind, resources, count)
+    for bundle in request.bundles:
+        kind = bundle.role.rstrip("0123456789 ")
+        text = fmt(bundle.resources)
+        if groups and groups[-1][0] == kind and groups[-1][1] == text:
+            groups[-1] = (kind, text, groups[-1][2] + 1)
+        else:
+            groups.append((kind, text, 1))
+    out = []
+    for kind, text, count in groups:
+        if count == 1:
+            out.append(f"{kind} {text}")
+        else:
+            out.append(f"{count} {kind}s {text} each")
+    return ", ".join(out)
+
+
+def what_would_fit(
+    resolved: ResolvedExperiment,
+    request: TrialRequest,
+    cluster: Cluster,
+    configure: Configure | None = None,
+    most: int = 3,
+) -> list[str]:
+    """Up to ``most`` changes of the resources section (the fewest fields first) under
+    which one trial fits this cluster, each checked against RLlib's bundles."""
+    res = resolved.experiment.resources
+    runners = res.env_runners
+    gpu = request.totals.get("GPU", 0.0)
+    # Per field: the values to try, each as (resources changes, how it reads).
+    options: list[list[tuple[dict[str, Any], str]]] = []
+    if gpu and not cluster.totals.get("GPU"):
+        options.append([({"gpus_per_learner": 0.0}, "resources.no_gpu: cpu_fallback")])
+    elif gpu:
+        learners = max(res.num_learners, 1)
+        values = sorted({cluster.largest("GPU") // learners, 1.0, 0.5, 0.25}, reverse=True)
+        options.append(
+            [
+                ({"gpus_per_learner": v}, f"resources.gpus_per_learner: {v:g}")
+                for v in values
+                if 0 < v < res.gpus_per_learner and (v >= 1 or res.num_learners <= 1)
+            ]
+        )
+    soft = {"STRICT_PACK": "PACK", "STRICT_SPREAD": "SPREAD"}.get(res.placement_strategy)
+    if soft:
+        options.append([({"placement_strategy": soft}, f"resources.placement_strategy: {soft}")])
+    options.append(
+        [
+            ({"env_runners": {"count": n}}, f"resources.env_runners.count: {n}")
+            for n in range(runners.count - 1, -1, -1)
+        ]
+    )
+    if runners.count:
+        options.append(
+            [
+                ({"env_runners": {"cpus_each": c}}, f"resources.env_runners.cpus_each: {c:g}")
+                for c in (0.5, 0.25)
+                if c < runners.cpus_each
+            ]
+        )
+    if res.cpus_main > 0.5:
+        options.append([({"cpus_main": 0.5}, "resources.cpus_main: 0.5")])
+    options = [o for o in options if o]
+
+    def fits(changes: dict[str, Any]) -> bool:
+        try:
+            candidate = request_for(with_resources(resolved, **changes), configure)
+        except ExperimentError:
+            return False
+        return not unfit_reasons(candidate, cluster)
+
+    found: list[str] = []
+    for size in range(1, len(options) + 1):
+        for fields in itertools.combinations(options, size):
+            # The first value of each field that fits (the values go from mild to drastic).
+            for combo in itertools.product(*fields):
+                changes: dict[str, Any] = {}
+                for change, _ in combo:
+                    for key, value in change.items():
+                        if key == "env_runners":
+                            changes.setdefault("env_runners", {}).update(value)
+                        else:
+                            changes[key] = value
+                if fits(changes):
+                    found.append(" and ".join(text for _, text in combo))
+                    break
+            if len(found) >= most:
+                return found
+        if found:
+            return found
+    return found

@@ -1,0 +1,256 @@
+"""Whether the env runners can feed the learner: a throughput model from measured rates,
+or a short probe of the real algorithm (`workbench plan --probe`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.trial.config import algorithm_config, vectorize_mode
+
+# --- documented rates (rough: they say where sampling cannot keep a learner busy) -----------
+# RLlib's own sampling, one SingleAgentEnvRunner on one core of this machine (2 vCPU Xeon
+# 2.3 GHz), CartPole, default PPO module, env steps/s by envs per runner (KNOWN_FACTS:
+# "RLlib's own sampling on CartPole here"). The environment is not the limit: RLlib's
+# per-step Python bookkeeping and inference calls are, so other sim_ext envs are similar.
+SAMPLING_RATES: dict[str, dict[int, float]] = {
+    "sync": {1: 1.2e3, 8: 5.1e3, 64: 12.3e3},
+    "vector_entry_point": {1: 0.9e3, 8: 6.8e3, 64: 22.2e3},
+}
+
+
+# One PPO learner update on CPU with RLlib's default model (two 256-unit layers each for
+# policy and value), measured here: 4096 CartPole samples, one epoch, best of 4 runs:
+# 6.8 ms per minibatch of 64, 7.7 of 128, 15.6 of 512, 54 of 2048, which is about
+# 5.3 ms per minibatch plus 24 us per sample.
+CPU_LEARNER_S_PER_MINIBATCH = 5.3e-3
+
+
+CPU_LEARNER_S_PER_SAMPLE = 24e-6
+
+
+@dataclass
+class Throughput:
+    """Env steps per second the runners produce against what the learners consume."""
+
+    runners: int  # 0: the main process samples
+    per_runner: float
+    learner_low: float | None  # over the searched range; None: not estimated
+    learner_high: float | None
+    measured: bool  # False: from the documented rates above
+    detail: list[str] = field(default_factory=list)
+    # The documented rates are RLlib's own runner's; another (faster) runner makes the
+    # estimate a floor.
+    sampling_floor: bool = False
+
+    @property
+    def sampling(self) -> float:
+        return max(self.runners, 1) * self.per_runner
+
+    @property
+    def ratio(self) -> tuple[float, float] | None:
+        """Sampling rate / learner rate, (low, high); below 1 the learner waits."""
+        if self.learner_low is None or self.learner_high is None:
+            return None
+        return self.sampling / self.learner_high, self.sampling / self.learner_low
+
+
+def _throughput_lines(rate: Throughput) -> list[str]:
+    how = "measured by --probe on this machine" if rate.measured else "estimate, not measured"
+    out = [f"Sampling vs learning ({how}):"]
+    if rate.runners:
+        each = f"{rate.runners} runners x ~{_rate(rate.per_runner)}"
+        out.append(f"  sampling: {each} = ~{_rate(rate.sampling)}")
+    else:
+        out.append(f"  sampling: in the trial's main process, ~{_rate(rate.sampling)}")
+    out += [f"  {d}" for d in rate.detail]
+    ratio = rate.ratio
+    if ratio is None or rate.learner_low is None or rate.learner_high is None:
+        return out
+    low, high = ratio
+    span = _rate(rate.learner_low)
+    if rate.learner_high != rate.learner_low:
+        span += f" to ~{_rate(rate.learner_high)}"
+    out.append(f"  learner: ~{span}")
+    shown = f"{low:.2g}" if math.isclose(low, high, rel_tol=0.05) else f"{low:.2g}-{high:.2g}"
+    if high < 1 and rate.sampling_floor:
+        verdict = (
+            "sampling may not keep the learner busy (the sampling figure is a floor: "
+            "`workbench plan --probe` measures it)"
+        )
+    elif high < 1:
+        verdict = (
+            f"sampling cannot keep the learner busy: it waits for samples (busy about "
+            f"{100 * high / (1 + high):.0f}% of an iteration at best); add env runners or "
+            "envs per runner"
+        )
+    elif low < 1:
+        verdict = "sampling keeps the learner busy over part of the searched range only"
+    else:
+        verdict = "sampling keeps up; the learner is the slower half"
+    out.append(f"  ratio sampling/learner: {shown}: {verdict}")
+    return out
+
+
+def _rate(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.3g}M env steps/s"
+    if value >= 1e3:
+        return f"{value / 1e3:.3g}k env steps/s"
+    return f"{value:.3g} env steps/s"
+
+
+def _searched_range(resolved: ResolvedExperiment, name: str, base: float) -> tuple[float, float]:
+    """The range a hyperparameter takes over the search (its fixed value if not searched)."""
+    spec = resolved.search_space.get(name)
+    if spec is None:
+        return base, base
+    if spec.bounds is not None:
+        return spec.bounds
+    values = [v for v in (spec.choice or spec.grid or []) if isinstance(v, int | float)]
+    return (min(values), max(values)) if values else (base, base)
+
+
+def _per_runner_rate(envs: int, mode: str) -> float:
+    """Documented env steps/s of one runner (log-log interpolation; flat past the table)."""
+    table = SAMPLING_RATES["vector_entry_point" if mode == "vector_entry_point" else "sync"]
+    points = sorted(table.items())
+    if envs <= points[0][0]:
+        return points[0][1]
+    for (n0, r0), (n1, r1) in itertools.pairwise(points):
+        if envs <= n1:
+            t = math.log(envs / n0) / math.log(n1 / n0)
+            return math.exp(math.log(r0) + t * math.log(r1 / r0))
+    return points[-1][1]
+
+
+def _learner_model(
+    resolved: ResolvedExperiment, config: Any
+) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float], int] | None:
+    """(epochs range, minibatch range, batch range, learners) of an on-policy learner,
+    None for a replaying one (DQN, SAC: training_intensity sets its pace)."""
+    if resolved.experiment.algorithm not in ("PPO", "APPO", "IMPALA"):
+        return None
+    batch = _searched_range(
+        resolved, "train_batch_size_per_learner", float(config.train_batch_size_per_learner)
+    )
+    epochs = _searched_range(resolved, "num_epochs", float(getattr(config, "num_epochs", 1)))
+    minibatch_base = getattr(config, "minibatch_size", None) or batch[1]
+    minibatch = _searched_range(resolved, "minibatch_size", float(minibatch_base))
+    minibatch = (min(minibatch[0], batch[1]), min(minibatch[1], batch[1]))
+    return epochs, minibatch, batch, max(int(config.num_learners), 1)
+
+
+def estimate_throughput(resolved: ResolvedExperiment) -> Throughput:
+    """From the documented rates above (rough; say so wherever it is shown)."""
+    res = resolved.experiment.resources
+    config = algorithm_config(resolved)
+    mode = vectorize_mode(resolved)
+    runners = res.env_runners.count
+    cpus = res.env_runners.cpus_each if runners else res.cpus_main
+    per_runner = _per_runner_rate(res.env_runners.envs_per_runner, mode) * min(cpus, 1.0)
+    detail = [
+        f"per runner: {res.env_runners.envs_per_runner} envs, {mode}, "
+        f"{min(cpus, 1.0):g} of a core (RLlib's SingleAgentEnvRunner measured on CartPole here)"
+    ]
+    runner = getattr(getattr(config, "env_runner_cls", None), "__name__", "SingleAgentEnvRunner")
+    floor = runner != "SingleAgentEnvRunner"
+    if floor:
+        detail.append(
+            f"per runner: this experiment samples with {runner}, faster than "
+            "that: the sampling figure is a floor (--probe measures it)"
+        )
+    model = _learner_model(resolved, config)
+    low = high = None
+    if model is None:
+        detail.append(
+            f"learner: not estimated ({resolved.experiment.algorithm} replays samples: "
+            "training_intensity sets how much it learns per sampled step)"
+        )
+    elif res.gpus_per_learner > 0:
+        detail.append(
+            "learner: not estimated on a GPU (no documented GPU figure; `workbench plan "
+            "--probe` on a GPU node measures it)"
+        )
+    else:
+        (e_low, e_high), (m_low, m_high), _, learners = model
+
+        def rate(epochs: float, minibatch: float) -> float:
+            per_sample = CPU_LEARNER_S_PER_SAMPLE + CPU_LEARNER_S_PER_MINIBATCH / minibatch
+            return learners / (epochs * per_sample)
+
+        low, high = rate(e_high, m_low), rate(e_low, m_high)
+        detail.append(
+            f"learner: {learners} on CPU, num_epochs {_span(e_low, e_high)}, minibatch_size "
+            f"{_span(m_low, m_high)}; RLlib's default model, about "
+            f"{CPU_LEARNER_S_PER_MINIBATCH * 1e3:g} ms per minibatch + "
+            f"{CPU_LEARNER_S_PER_SAMPLE * 1e6:g} us per sample per epoch (measured here)"
+        )
+    return Throughput(
+        runners, per_runner, low, high, measured=False, detail=detail, sampling_floor=floor
+    )
+
+
+def _span(low: float, high: float) -> str:
+    return f"{low:g}" if low == high else f"{low:g}-{high:g}"
+
+
+def probe_throughput(resolved: ResolvedExperiment, seconds: float = 2.0) -> Throughput:
+    """Measures here: one env runner's sampling and one learner update of this experiment
+    (its env, envs per runner, vectorize mode, model and batch; a GPU learner if this
+    machine has CUDA, else CPU), built locally in this process for a few seconds."""
+    import torch
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    res = resolved.experiment.resources
+    gpu = res.gpus_per_learner > 0 and torch.cuda.is_available()
+    config = (
+        algorithm_config(resolved)
+        .env_runners(num_env_runners=0)
+        .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
+    )
+    model = _learner_model(resolved, config)
+    algo: Any = config.build_algo()
+    try:
+        runner = algo.env_runner
+        runner.sample(num_timesteps=256)  # warm-up: the first calls allocate buffers
+        steps, start = 0, time.perf_counter()
+        episodes: list[Any] = []
+        while time.perf_counter() - start < seconds / 2:
+            batch = runner.sample(num_timesteps=512)
+            episodes += batch
+            steps += sum(len(e) for e in batch)
+        per_runner = steps / (time.perf_counter() - start)
+        detail = [
+            f"per runner: {res.env_runners.envs_per_runner} envs, {vectorize_mode(resolved)}, "
+            "one core of this machine"
+        ]
+        low = high = None
+        if model is None:
+            detail.append(f"learner: not measured ({resolved.experiment.algorithm} replays)")
+        else:
+            (e_low, e_high), (m_low, m_high), _, learners = model
+            minibatch = int(min(max((m_low + m_high) / 2, 1), steps))
+            update = algo.learner_group.update
+            args = {"timesteps": {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}, "num_epochs": 1}
+            update(episodes=episodes, minibatch_size=minibatch, **args)  # warm-up
+            start = time.perf_counter()
+            update(episodes=episodes, minibatch_size=minibatch, **args)
+            per_sample_epoch = (time.perf_counter() - start) / steps
+            low = learners / (e_high * per_sample_epoch)
+            high = learners / (e_low * per_sample_epoch)
+            device = "GPU" if gpu else "CPU"
+            detail.append(
+                f"learner: one epoch over {steps} samples in minibatches of {minibatch} on "
+                f"{device}: {per_sample_epoch * 1e6:.3g} us per sample; x {learners} learners, "
+                f"num_epochs {_span(e_low, e_high)}"
+            )
+            if res.gpus_per_learner > 0 and not gpu:
+                detail.append("learner: this machine has no CUDA, so the CPU was measured")
+        return Throughput(res.env_runners.count, per_runner, low, high, True, detail)
+    finally:
+        algo.stop()

@@ -1,0 +1,1 @@
+"""The policy: a trained checkpoint read for inference only, evaluated and exported."""

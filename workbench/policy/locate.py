@@ -1,0 +1,136 @@
+"""Which policy a reference means (a checkpoint, a trial folder, an MLflow trial run),
+and evaluations logged back to the trial's MLflow run."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ExperimentError
+from workbench.names import RESULTS_DIR_TAG
+from workbench.policy.checkpoint import _WHAT_IS_VALID, find_checkpoint, trial_checkpoints
+from workbench.policy.evaluate import Evaluation
+
+
+@dataclass
+class PolicySource:
+    """A checkpoint, and the trial's MLflow run when there is one."""
+
+    checkpoint: Path
+    label: str  # how to name it to a person
+    uri: str | None = None
+    run_id: str | None = None
+
+
+def locate(ref: str, *, store: str | None = None, population: str | None = None) -> PolicySource:
+    """RUN|CHECKPOINT: a checkpoint or trial folder, else an MLflow trial run by id or name."""
+    from workbench.analysis.populations import find_trial
+    from workbench.tracking.store import client_for, resolve_store
+
+    path = Path(ref).expanduser()
+    if path.exists():
+        checkpoint = find_checkpoint(path)
+        uri, run_id = _run_of_trial_dir(checkpoint.parent, store)
+        return PolicySource(checkpoint, str(checkpoint), uri, run_id)
+    if "/" in ref or ref.startswith("."):
+        raise ExperimentError.single(ref, "", f"no such folder; {_WHAT_IS_VALID}")
+    uri = resolve_store(store)
+    client = client_for(uri)
+    trial = find_trial(client, ref, population, uri)
+    parent = client.get_run(trial.tags["mlflow.parentRunId"])
+    results_dir = parent.data.tags.get(RESULTS_DIR_TAG, "")
+    pop_name = parent.data.tags.get("mlflow.runName", parent.info.run_id)
+    label = f"trial {trial.name} (run {trial.run_id}) of population {pop_name}"
+    trial_dir = Path(results_dir) / trial.name
+    if not results_dir or not Path(results_dir).is_dir():
+        raise ExperimentError.single(
+            uri,
+            "",
+            f"{label}: its results folder {results_dir or '(not recorded)'} is gone, and "
+            f"its checkpoints with it; {_WHAT_IS_VALID}",
+        )
+    checkpoints = trial_checkpoints(trial_dir)
+    if not checkpoints:
+        raise ExperimentError.single(
+            uri,
+            "",
+            f"{label} saved no checkpoint in {trial_dir} (a trial saves one every "
+            "checkpoint.frequency iterations and at its end with checkpoint.at_end); "
+            f"{_WHAT_IS_VALID}",
+        )
+    return PolicySource(checkpoints[-1].resolve(), label, uri, trial.run_id)
+
+
+def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None]:
+    """The MLflow store and run of a workbench trial folder ((None, None) if none)."""
+    from workbench.tracking.store import client_for, resolve_store
+
+    results_dir = trial_dir.parent
+    uri = resolve_store(store) if store is not None else _store_of_results(results_dir)
+    if uri is None:
+        return None, None
+    client = client_for(uri)
+    try:
+        parents = client.search_runs(
+            [e.experiment_id for e in client.search_experiments()],
+            filter_string=f"tags.`{RESULTS_DIR_TAG}` = '{results_dir}'",
+            order_by=["start_time DESC"],
+            max_results=1,
+        )
+        if not parents:
+            return uri, None
+        parent = parents[0]
+        children = client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' "
+            f"and tags.`mlflow.runName` = '{trial_dir.name}'",
+            max_results=1,
+        )
+    except Exception:  # a store that does not answer: evaluate anyway, log nothing
+        return uri, None
+    return uri, children[0].info.run_id if children else None
+
+
+def _store_of_results(results_dir: Path) -> str | None:
+    """The store a workbench results folder logged to, when it is there to be read."""
+    from workbench.experiment.schema import load_experiment
+    from workbench.names import RESOLVED_FILE
+    from workbench.tracking.store import tracking_uri_for
+
+    file = results_dir / RESOLVED_FILE
+    if not file.is_file():
+        return None
+    try:
+        experiment = load_experiment(file)
+    except ExperimentError:
+        return None
+    if not experiment.tracking.enabled:
+        return None
+    uri = tracking_uri_for(experiment.tracking.uri, results_dir.parent)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return None  # MLflow would create an empty store there
+    return uri
+
+
+def log_evaluation(client: Any, run_id: str, result: Evaluation) -> None:
+    """eval/* metrics (step: the checkpoint's iteration) and what was evaluated, as tags."""
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    step = result.training_iteration or 0
+    metrics = [
+        Metric(f"eval/{key}", value, now, step)
+        for key, value in result.stats().items()
+        if math.isfinite(value)
+    ]
+    tags = [
+        RunTag("workbench.eval.checkpoint", str(result.checkpoint or "")),
+        RunTag("workbench.eval.deterministic", str(result.deterministic).lower()),
+        RunTag("workbench.eval.seed", str(result.seed)),
+        RunTag("workbench.eval.env_config", repr(result.env_config)[:5000]),
+    ]
+    client.log_batch(run_id, metrics=metrics, tags=tags)
+    result.run_id = run_id

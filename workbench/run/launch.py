@@ -1,0 +1,338 @@
+"""Launch: a resolved experiment becomes a Tune run of RLlib trials, and a summary.
+
+Everything that can be wrong with the input was checked by `workbench.experiment`
+before this module starts Ray."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+from workbench.experiment.resolve import ResolvedExperiment, describe
+from workbench.names import RESOLVED_FILE, trial_name
+from workbench.plan.preflight import preflight
+from workbench.run.checkpoints import CheckpointGuard
+from workbench.run.progress import ProgressTable
+from workbench.run.ray_session import cleanup_leftover_ray, record_ray_session, start_ray
+from workbench.run.results_folder import population_statuses
+from workbench.run.schedulers import SchedulerState, scheduler, search_algorithm
+from workbench.run.stopping import RulesStopper
+from workbench.run.summary import RunSummary, summarize
+from workbench.tracking.callback import MlflowTracker, TrackingTarget
+from workbench.tracking.store import tracking_uri_for
+from workbench.trial.config import algorithm_config, param_space
+from workbench.trial.trainable import seeded_trainable
+
+
+def prepare_results_dir(resolved: ResolvedExperiment) -> None:
+    """Creates the experiment folder and saves the resolved experiment in it.
+
+    The saved file is a complete experiment file (search space inline, storage
+    absolute), so `workbench resume` rebuilds the same population from it alone.
+    """
+    resolved.results_dir.mkdir(parents=True, exist_ok=True)
+    data = describe(resolved)
+    data.pop("results_dir", None)
+    data["search_space"] = {"params": data["search_space"]["params"]}
+    data["storage"] = str(resolved.results_dir.parent)
+    header = (
+        f"# The experiment as resolved for this results folder (from {resolved.file}).\n"
+        "# `workbench resume` reads it; edit only if you know why.\n"
+    )
+    (resolved.results_dir / RESOLVED_FILE).write_text(
+        header + yaml.safe_dump(data, sort_keys=False)
+    )
+
+
+def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
+    """Where this population's MLflow runs go (see workbench/tracking.py)."""
+    from ray.tune.utils import flatten_dict
+
+    exp = resolved.experiment
+    storage_root = resolved.results_dir.parent
+    uri = tracking_uri_for(exp.tracking.uri, storage_root)
+    described = flatten_dict(describe(resolved), delimiter=".")
+    return TrackingTarget(
+        uri=uri,
+        experiment=exp.tracking.experiment or exp.name,
+        population=exp.name,
+        key=str(resolved.results_dir),
+        results_dir=resolved.results_dir,
+        # A local store keeps its artifacts next to it; a server decides for itself.
+        artifact_root=storage_root / "mlartifacts" if uri.startswith("sqlite:") else None,
+        metrics=exp.tracking.metrics,
+        flush_timeout_s=exp.tracking.flush_timeout_s,
+        parent_params={
+            k: v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip()
+            for k, v in described.items()
+            if v is not None
+        },
+        hyperparameters={key: name for name, key in resolved.tune_keys.items()},
+        time_budget_s=exp.stop.wall_time_s,
+    )
+
+
+@dataclass
+class _Session:
+    """Everything Tune needs for a population: built the same way for run and resume."""
+
+    trainable: type
+    param_space: dict[str, Any]
+    tune_config: Any
+    run_config: Any
+    table: ProgressTable
+    tracker: MlflowTracker | None
+
+
+def _session(
+    resolved: ResolvedExperiment,
+    *,
+    progress_interval_s: float,
+    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None,
+) -> _Session:
+    from ray import tune
+
+    exp = resolved.experiment
+    config = algorithm_config(resolved)
+    if configure is not None:
+        config = configure(config)
+    table = ProgressTable(
+        {key: name for name, key in resolved.tune_keys.items()}, interval_s=progress_interval_s
+    )
+    trial_scheduler = scheduler(resolved)
+    # The order matters: Tune restores callback state by position.
+    callbacks: list[Any] = [
+        table,
+        CheckpointGuard(exp.checkpoint.keep, trial_scheduler),
+        SchedulerState(trial_scheduler),
+    ]
+    tracker: MlflowTracker | None = None
+    if exp.tracking.enabled:
+        tracker = MlflowTracker(tracking_target(resolved))
+        callbacks.append(tracker)
+        add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
+        if add_listener is not None:
+            add_listener(tracker.on_exploit)
+    tune_config = tune.TuneConfig(
+        scheduler=trial_scheduler,
+        search_alg=search_algorithm(resolved),
+        num_samples=exp.population,
+        time_budget_s=exp.stop.wall_time_s,
+        max_concurrent_trials=exp.max_concurrent,
+        # Exploits and pauses restore into a kept actor, rebuilt by reset_config.
+        reuse_actors=exp.reuse_actors,
+        trial_name_creator=trial_name,
+        trial_dirname_creator=trial_name,
+    )
+    run_config = tune.RunConfig(
+        name=exp.name,
+        storage_path=str(resolved.results_dir.parent),
+        stop=RulesStopper(
+            exp.stop.tune_stop(),
+            all_at_return=exp.stop.all_at_return
+            if exp.stop.all_at_return is not None
+            else exp.scheduler.type in ("pbt", "pb2"),
+        ),
+        checkpoint_config=tune.CheckpointConfig(
+            # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'
+            # checkpoints before their clones restore them.
+            num_to_keep=None,
+            checkpoint_frequency=exp.checkpoint.frequency,
+            checkpoint_at_end=exp.checkpoint.at_end,
+        ),
+        failure_config=tune.FailureConfig(max_failures=exp.failure.max_failures),
+        callbacks=callbacks,
+        verbose=0,
+    )
+    if tracker is not None:
+        tracker.stopper = run_config.stop
+    return _Session(
+        trainable=seeded_trainable(config.algo_class),
+        param_space=param_space(resolved, config),
+        tune_config=tune_config,
+        run_config=run_config,
+        table=table,
+        tracker=tracker,
+    )
+
+
+def _tune_environment() -> None:
+    # RLlib reports the episode return only once an episode has ended: without this,
+    # Tune's strict metric check fails the whole run on the first iteration.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    # The workbench snapshots the experiment after every trial checkpoint on purpose
+    # (ResumableScheduler); Tune would warn about each one.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+def _fit(tuner: Any) -> tuple[Any, float]:
+    """Tuner.fit with SIGTERM treated like Ctrl-C (Kubernetes stops pods with SIGTERM;
+    Tune saves its state only on SIGINT/SIGUSR1). Returns the results and the wall time."""
+    import signal
+    import threading
+    import time
+
+    previous = None
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+        previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
+    start = time.monotonic()
+    try:
+        return tuner.fit(), time.monotonic() - start
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _finish(
+    resolved: ResolvedExperiment, session: _Session, results: Any, elapsed_s: float
+) -> RunSummary:
+    summary = summarize(resolved, session.table, errors=len(results.errors))
+    budget = resolved.experiment.stop.wall_time_s
+    budget_spent = budget is not None and elapsed_s >= 0.99 * budget
+    by_rule = session.run_config.stop.stop_all()
+    summary.interrupted = not (budget_spent or by_rule) and any(
+        t.status not in ("TERMINATED", "ERROR") for t in summary.trials
+    )
+    if session.tracker is not None:
+        summary.tracking_uri = session.tracker.target.uri
+        summary.mlflow_experiment = session.tracker.target.experiment
+    if not summary.interrupted:
+        evaluate_best(resolved, session, summary)
+    return summary
+
+
+def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
+    """Rolls out the best trial's last checkpoint (experiment.evaluation) and logs eval/*
+    to its MLflow run. Never fails the population: a problem becomes a summary line."""
+    from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
+    from workbench.policy.evaluate import evaluate_checkpoint
+    from workbench.policy.locate import log_evaluation
+
+    section = resolved.experiment.evaluation
+    best = summary.best
+    if section.at_end == "none" or best is None:
+        return
+    checkpoints = trial_checkpoints(resolved.results_dir / best.name)
+    if not checkpoints:
+        summary.evaluation_note = (
+            f"Not evaluated: {best.name} saved no checkpoint (checkpoint.at_end: true saves "
+            "one when a trial ends)"
+        )
+        return
+    try:
+        checkpoint = read_checkpoint(checkpoints[-1])
+        check_env(checkpoint, resolved.experiment.env.id, str(resolved.file))
+        summary.evaluation = evaluate_checkpoint(
+            checkpoint,
+            episodes=section.episodes,
+            deterministic=section.deterministic,
+            seed=resolved.experiment.seed,
+        )
+    except Exception as err:  # the population's results stand without it
+        summary.evaluation_note = f"Not evaluated: {best.name}: {type(err).__name__}: {err}"
+        return
+    if session.tracker is None:
+        return
+    trial_id = next((t for t, r in session.table.records.items() if r is best), None)
+    run_id = session.tracker.get_state()["runs"].get(trial_id)
+    if run_id is None:
+        return
+    try:
+        from workbench.tracking.store import client_for
+
+        log_evaluation(client_for(session.tracker.target.uri), run_id, summary.evaluation)
+    except Exception as err:  # a store that does not answer: the figures are printed
+        summary.evaluation_note = (
+            f"The evaluation could not be logged to MLflow: {type(err).__name__}: {err}"
+        )
+
+
+def run(
+    resolved: ResolvedExperiment,
+    *,
+    address: str | None = None,
+    progress_interval_s: float = 15.0,
+    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+    dashboard: bool = False,
+) -> RunSummary:
+    """Runs the population to its stop rules and returns what a person wants to know.
+
+    ``configure`` may adjust the RLlib config beyond what experiment files say (a
+    custom learner class or callbacks, from Python). ``dashboard`` starts Ray's
+    dashboard with a local Ray (ray[default]) and prints its address.
+    """
+    from ray import tune
+
+    _tune_environment()
+    start_ray(address, dashboard=dashboard)
+    preflight(resolved, address=address, configure=configure)
+    prepare_results_dir(resolved)
+    record_ray_session(resolved.results_dir)
+    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    tuner = tune.Tuner(
+        session.trainable,
+        param_space=session.param_space,
+        tune_config=session.tune_config,
+        run_config=session.run_config,
+    )
+    return _finish(resolved, session, *_fit(tuner))
+
+
+def resume(
+    resolved: ResolvedExperiment,
+    *,
+    restart_errored: bool = False,
+    address: str | None = None,
+    progress_interval_s: float = 15.0,
+    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+) -> RunSummary:
+    """Continues a stopped population in its results folder with the same MLflow runs.
+
+    Tune restores the trials and the searcher; the scheduler, the stopper and the
+    callbacks are built fresh from the experiment (Tune would unpickle stale copies),
+    and Tune then hands the callbacks their saved state.
+    """
+    from ray import tune
+
+    _tune_environment()
+    killed = cleanup_leftover_ray(resolved.results_dir)
+    if killed:
+        print(
+            f"Stopped {len(killed)} Ray processes left behind by the interrupted driver "
+            f"(pids {', '.join(map(str, killed))})"
+        )
+    start_ray(address)
+    preflight(resolved, address=address, configure=configure)
+    record_ray_session(resolved.results_dir)
+    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    if restart_errored:
+        # Not Tune's restart_errored: it re-creates an errored trial from its resolved
+        # config, which fails in add_trial's placeholder resolution for any RLlib config
+        # (TypeError, swallowed: the population then runs with no trials at all). The
+        # workbench resumes the trial instead, without its checkpoints: from scratch,
+        # under the same trial id and MLflow run.
+        statuses = population_statuses(resolved.results_dir)
+        errored = {trial_id for trial_id, status in statuses.items() if status == "ERROR"}
+        session.tune_config.scheduler.restart_from_scratch = errored
+    tuner = tune.Tuner.restore(
+        str(resolved.results_dir),
+        session.trainable,
+        param_space=session.param_space,
+        resume_unfinished=True,
+        resume_errored=True,
+    )
+    internal = tuner._local_tuner
+    assert internal is not None
+    session.run_config.name = internal._run_config.name
+    session.run_config.storage_path = internal._run_config.storage_path
+    internal._tune_config = session.tune_config
+    internal._run_config = session.run_config
+    return _finish(resolved, session, *_fit(tuner))
+
+
+__all__ = ["RunSummary", "resume", "run"]

@@ -1,0 +1,350 @@
+"""The trial scheduler and the searcher of an experiment (PBT/PB2/ASHA/FIFO; random/grid/Optuna)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
+from ray.tune.schedulers.pb2 import PB2
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
+
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.search_space import ParamSpec, clamp_config
+from workbench.names import RETURN_METRIC
+
+TIME_ATTR = "training_iteration"
+
+# (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
+LineageListener = Callable[[dict[str, Any]], None]
+
+
+class ResumableScheduler:
+    """Mixin for every workbench scheduler: its state survives `workbench resume`.
+
+    Tune saves the searcher's state and the callbacks' with each experiment snapshot,
+    but not the scheduler's: a restored PBT forgets every trial's score and last
+    checkpoint, ASHA its rungs. `SchedulerState` (a callback) carries this state in
+    the snapshot instead, keyed by trial id, and hands it back on restore.
+
+    It also makes Tune snapshot the experiment after every trial checkpoint (Tune
+    does that only with num_to_keep, which the workbench cannot use: see
+    checkpoints.py), so that a resume never starts a trial from an older checkpoint
+    than its last one.
+
+    And it keeps the hyperparameters PBT, PB2 and replay gave a trial: Tune's restore
+    re-adds each trial with the config it was created with (``add_trial`` resolves the
+    config's placeholders from the trial's original, unresolved copy, which
+    ``Trial.set_config`` never updates), so without this a resumed trial would go on
+    from its checkpoint with its pre-exploit values. The snapshot carries each
+    trial's plain top-level values; on restore they go back over the reset.
+    """
+
+    _restored: dict[str, Any] | None = None
+    # Trial ids that `workbench resume --restart-errored` starts again from scratch.
+    restart_from_scratch: frozenset[str] | set[str] = frozenset()
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        if trial.trial_id in self.restart_from_scratch:
+            # Resumed without a checkpoint to restore: Tune starts it afresh.
+            trial.run_metadata.checkpoint_manager._latest_checkpoint_result = None
+            trial._restore_checkpoint_result = None
+        super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
+        self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
+        manager = getattr(tune_controller, "_checkpoint_manager", None)
+        if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
+            manager._sync_every_n_trial_checkpoints = 1
+        if self._restored is not None:
+            self._restore_config(trial)
+            self._apply_trial_state(trial)
+
+    def workbench_state(self) -> dict[str, Any]:
+        trials: dict[str, Any] = self.__dict__.get("_added", {})
+        configs = {
+            trial_id: {k: v for k, v in trial.config.items() if _plain(v)}
+            for trial_id, trial in trials.items()
+        }
+        return {"configs": configs} if configs else {}
+
+    def _restore_config(self, trial: Any) -> None:
+        saved = (self._restored or {}).get("configs", {}).get(trial.trial_id)
+        if saved:
+            trial.config.update(saved)
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        self._restored = state
+
+    def _apply_trial_state(self, trial: Any) -> None:
+        pass
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+class ExploitRecorder:
+    """Mixin for PBT and PB2: tells listeners about every exploit as it happens.
+
+    Tune writes exploits only to text files (pbt_global.txt) that nothing reads back;
+    the MLflow tracker needs them live, with the hyperparameters before and after.
+    """
+
+    _hyperparam_keys: tuple[str, ...] = ()
+    _deciding: tuple[str, int] | None = None
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        # An iteration in which no episode ended reports a NaN return (RLlib 2.60's
+        # episode_return_mean is the mean of the episodes finished in that iteration).
+        # Tune's PBT would rank the NaN as a score, and a NaN sorts anywhere: a
+        # trial whose episodes got long could be cloned over or picked as a donor by
+        # chance. A NaN is no score: the result goes by as if it had none (what Tune's
+        # PBT does with a missing metric, minus its warning that prints the result).
+        metric = getattr(self, "_metric", None)
+        value = result.get(metric) if metric else None
+        if isinstance(value, float) and math.isnan(value):
+            return str(TrialScheduler.CONTINUE)
+        # Which result an exploit is decided on: Tune's own log gives the iteration
+        # before it (the trial's last_result is updated only after the decision).
+        self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
+        try:
+            decision: str = super().on_trial_result(  # type: ignore[misc]
+                tune_controller, trial, result
+            )
+            return decision
+        finally:
+            self._deciding = None
+
+    def add_lineage_listener(self, listener: LineageListener) -> None:
+        listeners: list[LineageListener] = self.__dict__.setdefault("_lineage_listeners", [])
+        listeners.append(listener)
+
+    def _log_config_on_step(
+        self,
+        trial_state: Any,
+        new_state: Any,
+        trial: Any,
+        trial_to_clone: Any,
+        new_config: dict[str, Any],
+    ) -> None:
+        super()._log_config_on_step(  # type: ignore[misc]
+            trial_state, new_state, trial, trial_to_clone, new_config
+        )
+        keys = self._hyperparam_keys
+
+        def pick(config: dict[str, Any]) -> dict[str, Any]:
+            return {k: config.get(k) for k in keys}
+
+        own = self._deciding is not None and self._deciding[0] == trial.trial_id
+        record = {
+            "time": time.time(),
+            # The iteration whose result the exploit was decided on, and whether that
+            # was the target's own result (asynchronous PBT) or another trial's
+            # (synchronous PBT decides for paused trials at the last one's result).
+            "exploit_iteration": self._deciding[1]
+            if own and self._deciding is not None
+            else int(trial.last_result.get(TIME_ATTR, 0)),
+            "decided_on_own_result": own,
+            "target": trial.trial_id,
+            "source": trial_to_clone.trial_id,
+            # The same iterations as Tune's pbt_global.txt.
+            "target_iteration": int(trial.last_result.get(TIME_ATTR, 0)),
+            "source_iteration": int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
+            "old": pick(trial.config),
+            "donor": pick(trial_to_clone.config),
+            "new": pick(new_config),
+        }
+        for listener in self.__dict__.get("_lineage_listeners", []):
+            listener(record)
+
+
+_PBT_TRIAL_FIELDS = (
+    "last_score",
+    "last_checkpoint",
+    "last_perturbation_time",
+    "last_train_time",
+    "last_result",
+)
+
+
+class ResumablePBT(ResumableScheduler):
+    """PBT/PB2 state by trial id: scores, the checkpoints held for exploits, the times of
+    the last perturbation, and PB2's data for its Gaussian process."""
+
+    _trial_state: dict[Any, Any]
+    _GLOBAL_FIELDS: tuple[str, ...] = (
+        "_num_checkpoints",
+        "_num_perturbations",
+        "_next_perturbation_sync",
+    )
+
+    def workbench_state(self) -> dict[str, Any]:
+        from ray.train import Checkpoint
+
+        trials = {}
+        for trial, state in self._trial_state.items():
+            fields = {f: getattr(state, f) for f in _PBT_TRIAL_FIELDS}
+            if not isinstance(fields["last_checkpoint"], Checkpoint):
+                fields["last_checkpoint"] = None  # a save still in flight
+            trials[trial.trial_id] = fields
+        out: dict[str, Any] = {
+            **super().workbench_state(),
+            "trials": trials,
+            "global": {f: getattr(self, f) for f in self._GLOBAL_FIELDS if hasattr(self, f)},
+        }
+        return out
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        super().restore_workbench_state(state)
+        for name, value in state.get("global", {}).items():
+            setattr(self, name, value)
+        for trial in list(self._trial_state):
+            self._apply_trial_state(trial)
+
+    def _apply_trial_state(self, trial: Any) -> None:
+        saved = (self._restored or {}).get("trials", {}).get(trial.trial_id)
+        state: Any = self._trial_state.get(trial)
+        if saved is None or state is None:
+            return
+        for name, value in saved.items():
+            setattr(state, name, value)
+
+
+class WorkbenchPBT(ExploitRecorder, ResumablePBT, PopulationBasedTraining):
+    pass
+
+
+class WorkbenchPB2(ExploitRecorder, ResumablePBT, PB2):
+    _GLOBAL_FIELDS = (
+        *ResumablePBT._GLOBAL_FIELDS,
+        "data",
+        "last_exploration_time",
+        "current",
+    )
+
+
+class WorkbenchASHA(ResumableScheduler, ASHAScheduler):
+    """ASHA's rungs (the scores each trial recorded at each milestone) and brackets."""
+
+    _FIELDS = ("_brackets", "_trial_info", "_counter", "_num_stopped")
+
+    def workbench_state(self) -> dict[str, Any]:
+        return {**super().workbench_state(), "asha": {f: getattr(self, f) for f in self._FIELDS}}
+
+    def restore_workbench_state(self, state: dict[str, Any]) -> None:
+        super().restore_workbench_state(state)
+        for name, value in state.get("asha", {}).items():
+            setattr(self, name, value)
+
+
+class WorkbenchFIFO(ResumableScheduler, FIFOScheduler):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+
+class SchedulerState(Callback):  # type: ignore[misc]
+    """Carries the scheduler's state in Tune's experiment snapshots (see
+    ResumableScheduler)."""
+
+    def __init__(self, scheduler: TrialScheduler) -> None:
+        self.scheduler = scheduler
+
+    def get_state(self) -> dict[str, Any] | None:
+        state: dict[str, Any] = getattr(self.scheduler, "workbench_state", dict)()
+        return {"scheduler": type(self.scheduler).__name__, **state} if state else None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("scheduler") == type(self.scheduler).__name__:
+            restore = getattr(self.scheduler, "restore_workbench_state", None)
+            if restore is not None:
+                restore(state)
+
+
+def _clamped(config: dict[str, Any], space: dict[str, ParamSpec]) -> dict[str, Any]:
+    return clamp_config(config, space)
+
+
+def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
+    exp = resolved.experiment
+    section = exp.scheduler
+    space = resolved.tune_space
+    # PBT's exploit/explore choices use Python's global random module.
+    random.seed(exp.seed)
+    if section.type == "pbt":
+        pbt = WorkbenchPBT(
+            time_attr=TIME_ATTR,
+            metric=RETURN_METRIC,
+            mode="max",
+            perturbation_interval=section.perturbation_interval,
+            burn_in_period=section.burn_in_period,
+            hyperparam_mutations={key: spec.mutation() for key, spec in space.items()},
+            quantile_fraction=section.quantile_fraction,
+            resample_probability=section.resample_probability,
+            perturbation_factors=section.perturbation_factors,
+            custom_explore_fn=partial(_clamped, space=space),
+            synch=section.synch,
+            # RLlib reports the return only once an episode has ended: results without
+            # it are skipped instead of failing the trial.
+            require_attrs=False,
+        )
+        pbt._hyperparam_keys = tuple(space)
+        return pbt
+    if section.type == "pb2":
+        pb2 = WorkbenchPB2(
+            time_attr=TIME_ATTR,
+            metric=RETURN_METRIC,
+            mode="max",
+            perturbation_interval=section.perturbation_interval,
+            quantile_fraction=section.quantile_fraction,
+            require_attrs=False,
+            # PB2 casts new values to the old value's type: bounds as floats.
+            hyperparam_bounds={
+                key: [float(b) for b in spec.bounds]  # type: ignore[union-attr]
+                for key, spec in space.items()
+            },
+            custom_explore_fn=partial(_clamped, space=space),
+            synch=section.synch,
+        )
+        pb2._hyperparam_keys = tuple(space)
+        return pb2
+    if section.type == "replay":
+        from workbench.run.replay import replay_scheduler
+
+        return replay_scheduler(resolved)
+    if section.type == "asha":
+        return WorkbenchASHA(
+            time_attr=TIME_ATTR,
+            metric=RETURN_METRIC,
+            mode="max",
+            max_t=section.max_t,
+            grace_period=section.grace_period,
+            reduction_factor=section.reduction_factor,
+            brackets=section.brackets,
+        )
+    return WorkbenchFIFO()
+
+
+def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher:
+    exp = resolved.experiment
+    seed = exp.search.seed if exp.search.seed is not None else exp.seed
+    if exp.search.type == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        searcher: Searcher = OptunaSearch(metric=RETURN_METRIC, mode="max", seed=seed)
+        if exp.max_concurrent:
+            return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)
+        return searcher
+    return BasicVariantGenerator(
+        random_state=seed,
+        max_concurrent=exp.max_concurrent or 0,
+        constant_grid_search=False,
+    )

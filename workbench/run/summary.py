@@ -1,0 +1,101 @@
+"""What a person wants to know when a run ends: the trials, the best one, its schedule,
+its evaluation and where to look next."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.run.progress import ProgressTable, TrialRecord
+
+
+@dataclass
+class RunSummary:
+    name: str
+    results_dir: Path
+    trials: list[TrialRecord] = field(default_factory=list)
+    best: TrialRecord | None = None
+    errors: int = 0
+    tracking_uri: str | None = None
+    mlflow_experiment: str | None = None
+    # Stopped before its stop rules (Ctrl-C, SIGTERM): `workbench resume` continues it.
+    interrupted: bool = False
+    # The best trial's last checkpoint rolled out (evaluation.at_end), or why it was not.
+    evaluation: Any = None  # workbench.evaluate.Evaluation
+    evaluation_note: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
+        if self.best is not None:
+            out.append(
+                f"Best trial {self.best.name}: return {self.best.best_return:.1f} "
+                f"(last {self.best.last_return:.1f}) after {self.best.iteration} iterations, "
+                f"{self.best.env_steps} env steps"
+            )
+            if self.best.schedule:
+                out.append("Its hyperparameters over time (iteration: values):")
+                for iteration, values in self.best.schedule:
+                    shown = ", ".join(f"{k}={_short(v)}" for k, v in values.items())
+                    out.append(f"  {iteration:>4}: {shown}")
+        else:
+            out.append("No trial reported a return (no episode finished).")
+        if self.evaluation is not None:
+            logged = "; logged to its MLflow run as eval/*" if self.evaluation.run_id else ""
+            out.append(
+                f"Evaluated {self.best.name if self.best else 'the best trial'} "
+                f"(checkpoint of iteration {self.evaluation.training_iteration}): "
+                f"{self.evaluation.summary()}{logged}"
+            )
+        if self.evaluation_note:
+            out.append(self.evaluation_note)
+        out.append(f"Results: {self.results_dir}")
+        if self.interrupted:
+            unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)
+            out.append(
+                f"Interrupted with {unfinished} trials unfinished; the state is saved: continue "
+                f"with `workbench resume {self.results_dir}`"
+            )
+        if self.tracking_uri:
+            store = _store_argument(self.tracking_uri)
+            out.append(
+                f"MLflow: {self.tracking_uri} (experiment {self.mlflow_experiment}); inspect with "
+                f"`workbench runs {self.mlflow_experiment}{store}` or `workbench ui{store}`"
+            )
+        return out
+
+
+def _store_argument(uri: str) -> str:
+    """The --store option the inspection commands need for this URI ('' for the default)."""
+    if uri == os.environ.get("MLFLOW_TRACKING_URI"):
+        return ""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        try:
+            shown = path.relative_to(Path.cwd())
+        except ValueError:
+            shown = path
+        if str(shown) == "results/mlflow.db":
+            return ""
+        return f" --store {shown}"
+    return f" --store {uri}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -> RunSummary:
+    trials = list(table.records.values())
+    scored = [t for t in trials if not math.isnan(t.best_return)]
+    best = max(scored, key=lambda t: t.best_return) if scored else None
+    return RunSummary(
+        name=resolved.experiment.name,
+        results_dir=resolved.results_dir,
+        trials=trials,
+        best=best,
+        errors=errors,
+    )

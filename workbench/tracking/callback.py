@@ -1,0 +1,375 @@
+"""MLflow tracking that stays correct under PBT, survives restores and store outages.
+
+Ray's MLflowLoggerCallback logs every config key as a param (PBT then changes one and
+MLflow raises), makes one call per metric (1-2.5 s per result on sqlite) and opens a
+second run per trial after a restore. This module does it differently:
+
+* one parent run per population, one nested child run per trial, found again by a
+  tag (``workbench.key``) so a restored population continues the same runs;
+* params are the *initial* hyperparameters (immutable in MLflow); the current value
+  of every searched hyperparameter is a step metric ``hp/<name>`` so that a PBT
+  schedule is a curve;
+* each result becomes one ``log_batch`` call, written by a background thread that
+  merges whatever queued up, so Tune's loop never waits on the store;
+* the step of a run only grows: it is the run's result count, continued from the
+  store's last step after a restore, whatever PBT does to ``training_iteration``;
+* exploits are lineage records: appended to ``lineage.jsonl`` (results folder and the
+  parent run's artifacts) and tagged on the child run; a line is appended when its
+  exploit takes effect (the target's next result), so ``seq``, not line order, is
+  the order the scheduler decided them in;
+* when the store does not answer (server down, database locked) writes wait in the
+  queue and are retried with back-off; at the end of the run whatever still could
+  not be written is spooled to the results folder and written by the next resume."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from workbench.names import LINEAGE_FILE, PARENT, ROLE_TAG, SPOOL_FILE, STEP_METRIC, trial_name
+from workbench.tracking.metrics import _param, hp_metric, metric_filter, numeric_metrics
+from workbench.tracking.writer import (
+    Artifact,
+    EndRun,
+    Lineage,
+    OpenRun,
+    Result,
+    StoreWriter,
+    Tags,
+    op_from_json,
+    op_to_json,
+)
+
+
+@dataclass
+class TrackingTarget:
+    """Where a population's runs go."""
+
+    uri: str
+    experiment: str
+    population: str  # the parent run's name
+    key: str  # identifies the population across restores
+    results_dir: Path
+    artifact_root: Path | None
+    metrics: str | list[str] = "curated"
+    flush_timeout_s: float = 120.0
+    parent_params: dict[str, str] = field(default_factory=dict)
+    hyperparameters: dict[str, str] = field(default_factory=dict)  # tune key -> public name
+    time_budget_s: float | None = None  # stop.wall_time_s: ending there is finishing
+
+
+class MlflowTracker(Callback):  # type: ignore[misc]
+    """The Tune callback (driver side) that writes a population to MLflow."""
+
+    def __init__(self, target: TrackingTarget, *, on_event: Callable[[str], None] | None = None):
+        self.target = target
+        self._on_event = on_event
+        self._keep = metric_filter(target.metrics)
+        self._writer: StoreWriter | None = None
+        self._runs: dict[str, str] = {}  # restored state: handle -> run id
+        self._trial_names: dict[str, str] = {}
+        self._opened: set[str] = set()
+        self._ended: set[str] = set()
+        self._exploits: dict[str, list[dict[str, Any]]] = {}  # target -> records not yet queued
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        # The experiment's stopper: when its population-wide rule ended the run, the
+        # trials still running were stopped by design, not killed.
+        self.stopper: Any = None
+
+    # --- plumbing ---------------------------------------------------------------------
+    @property
+    def writer(self) -> StoreWriter:
+        if self._writer is None:
+            self._writer = StoreWriter(
+                self.target.uri,
+                self.target.experiment,
+                artifact_root=self.target.artifact_root,
+                lineage_file=self.target.results_dir / LINEAGE_FILE,
+                runs=self._runs,
+                on_event=self._event,
+            )
+        return self._writer
+
+    def _event(self, message: str) -> None:
+        if self._on_event is not None:
+            self._on_event(message)
+        else:
+            print(f"[workbench] {message}", flush=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles callbacks with the experiment; threads and clients do not pickle.
+        state = dict(self.__dict__)
+        state["_writer"] = None
+        state["_lock"] = None
+        state["_on_event"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def get_state(self) -> dict[str, Any]:
+        runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
+        return {"version": 1, "key": self.target.key, "runs": runs, "seq": self._seq}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state.get("key") != self.target.key:
+            return
+        self._runs = dict(state.get("runs", {}))
+        # The lineage file, not this snapshot, numbers the next exploit (see setup).
+        if self._writer is not None:
+            with self._writer._cv:
+                self._writer.runs.update(self._runs)
+
+    # --- Tune hooks --------------------------------------------------------------------
+    def setup(
+        self,
+        stop: Any = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
+        self.target.results_dir.mkdir(parents=True, exist_ok=True)
+        self._started = time.monotonic()
+        # Numbered on from the lineage file: records the last driver queued but never
+        # wrote (it was killed) leave no gap.
+        self._seq = self._lineage_lines()
+        spool = self.target.results_dir / SPOOL_FILE
+        if spool.exists():
+            ops = [op_from_json(line) for line in spool.read_text().splitlines() if line.strip()]
+            for op in ops:
+                self.writer.put(op)
+            spool.unlink()
+            self._event(f"writing {len(ops)} MLflow operations left over from the last run")
+        self._open_parent()
+        self.writer.start()
+
+    def _lineage_lines(self) -> int:
+        path = self.target.results_dir / LINEAGE_FILE
+        if not path.exists():
+            return 0
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+    def _open_parent(self) -> None:
+        if PARENT in self._opened:
+            return
+        self._opened.add(PARENT)
+        self.writer.put(
+            OpenRun(
+                handle=PARENT,
+                name=self.target.population,
+                key=self.target.key,
+                parent=None,
+                tags={
+                    ROLE_TAG: "population",
+                    "workbench.results_dir": str(self.target.results_dir),
+                },
+                params=self.target.parent_params,
+            )
+        )
+
+    def _searched(self, config: dict[str, Any]) -> dict[str, Any]:
+        return {name: config.get(key) for key, name in self.target.hyperparameters.items()}
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._open_parent()
+        handle = trial.trial_id
+        name = trial_name(trial)
+        self._trial_names[handle] = name
+        if handle in self._opened and handle not in self._ended:
+            return
+        first = handle not in self._opened
+        self._opened.add(handle)
+        self._ended.discard(handle)
+        searched = self._searched(trial.config)
+        params = {name_: _param(v) for name_, v in searched.items()}
+        params["trial_id"] = handle
+        # Opening a run the store already has (a restore, a retry) only marks it RUNNING.
+        self.writer.put(
+            OpenRun(
+                handle=handle,
+                name=name,
+                key=f"{self.target.key}::{handle}",
+                parent=PARENT,
+                tags={ROLE_TAG: "trial", "workbench.trial_id": handle},
+                params=params,
+            )
+        )
+        if not first:
+            return
+        categorical = {f"hp/{n}": _param(v) for n, v in searched.items() if hp_metric(v) is None}
+        if categorical:
+            self.writer.put(Tags(handle, categorical))
+
+    def on_trial_restore(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.on_trial_start(iteration, trials, trial)
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        handle = trial.trial_id
+        if handle not in self._opened:
+            self.on_trial_start(iteration, trials, trial)
+        metrics = numeric_metrics(result, self._keep)
+        # The values this result was trained with: the trainable's config, not the
+        # trial's (PBT may already have changed that for the next iteration).
+        used = result.get("config")
+        for name, value in self._searched(used if isinstance(used, dict) else trial.config).items():
+            number = hp_metric(value)
+            if number is not None:
+                metrics[f"hp/{name}"] = number
+        iteration = int(metrics.get(STEP_METRIC, 0))
+        # Exploits whose restore this result shows: written before it, so their step
+        # is the last one trained with the old values.
+        self._queue_exploits(handle, restored_iteration=iteration - 1)
+        self.writer.put(Result(handle, metrics, int(time.time() * 1000)))
+        # Exploits decided on this very result: the trial restores before its next one.
+        for record in self._exploits.get(handle, []):
+            record["armed"] = True
+
+    def on_exploit(self, record: dict[str, Any]) -> None:
+        """Lineage listener (ExploitRecorder): runs inside the scheduler's decision,
+        before the result that triggered it reaches on_trial_result."""
+        with self._lock:
+            record = dict(record)
+            record["seq"] = self._seq
+            self._seq += 1
+        record["armed"] = not record.get("decided_on_own_result", False)
+        record["target_name"] = self._trial_names.get(record["target"], record["target"])
+        record["source_name"] = self._trial_names.get(record["source"], record["source"])
+        for key in ("old", "donor", "new"):
+            record[key] = {
+                self.target.hyperparameters.get(k, k): v for k, v in record.get(key, {}).items()
+            }
+        self._exploits.setdefault(record["target"], []).append(record)
+
+    def _queue_exploits(self, handle: str, restored_iteration: int | None = None) -> None:
+        """Queues the target's exploits that have taken effect (all of them at its end)."""
+        waiting = []
+        for record in self._exploits.pop(handle, []):
+            if restored_iteration is not None and not record.get("armed"):
+                waiting.append(record)
+                continue
+            record.pop("armed", None)
+            # The iteration the target continued from: the donor checkpoint's.
+            record["restored_iteration"] = restored_iteration
+            self.writer.put(Lineage(handle, record))
+        if waiting:
+            self._exploits[handle] = waiting
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._end(trial, "FINISHED")
+
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        """A failure Tune retries (failure.max_failures): counted and described on the
+        run, which goes on (the retry's results continue its steps)."""
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.last_failure")))
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.error")))
+        self._end(trial, "FAILED")
+
+    def _end(self, trial: Any, status: str) -> None:
+        handle = trial.trial_id
+        self._queue_exploits(handle)
+        if handle in self._opened and handle not in self._ended:
+            self._ended.add(handle)
+            self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for handle in list(self._exploits):
+            self._queue_exploits(handle)
+        statuses = {t.trial_id: t.status for t in trials}
+        by_rule = self._ended_by_rule()
+        # Trials Tune did not report complete or failed: still running, paused or
+        # pending when the experiment ended. Tune's own status is no guide here: on
+        # Ctrl-C it marks some TERMINATED while stopping them (and saves them as
+        # resumable). They were stopped by the population's own rule (finished), or
+        # interrupted (killed; a resume reopens the run).
+        unfinished = self._opened - self._ended - {PARENT}
+        for handle in unfinished:
+            status = "FINISHED" if by_rule else "KILLED"
+            self._ended.add(handle)
+            if by_rule:
+                self.writer.put(Tags(handle, {"workbench.stopped_by": by_rule}))
+            self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
+        never_started = any(t.trial_id not in self._opened for t in trials)
+        interrupted = not by_rule and (bool(unfinished) or never_started)
+        all_failed = bool(statuses) and all(s == "ERROR" for s in statuses.values())
+        parent_status = "KILLED" if interrupted else "FAILED" if all_failed else "FINISHED"
+        self.finish(parent_status, trials)
+
+    def _ended_by_rule(self) -> str:
+        """Why the experiment ended early by design ('' when it did not)."""
+        if self.stopper is not None and getattr(self.stopper, "stop_all", lambda: False)():
+            return "a trial reached the population's return target"
+        budget = self.target.time_budget_s
+        if budget is not None and time.monotonic() - self._started >= 0.99 * budget:
+            return "the experiment's wall-clock budget"
+        return ""
+
+    def finish(self, parent_status: str, trials: Iterable[Any] = ()) -> None:
+        """Artifacts of the population, its end status, then everything flushed."""
+        writer = self.writer
+        writer.start()
+        if writer.flush(self.target.flush_timeout_s):
+            for path in self._population_artifacts():
+                writer.put(Artifact(PARENT, str(path)))
+        writer.put(EndRun(PARENT, parent_status, int(time.time() * 1000)))
+        left = writer.close(self.target.flush_timeout_s)
+        if left:
+            spool = self.target.results_dir / SPOOL_FILE
+            with spool.open("a") as f:
+                for op in left:
+                    f.write(op_to_json(op) + "\n")
+            self._event(
+                f"MLflow store {self.target.uri} did not answer for "
+                f"{self.target.flush_timeout_s:.0f} s: {len(left)} operations saved to {spool}; "
+                "`workbench resume` writes them"
+            )
+        self._runs = writer.run_ids()
+        self._writer = None
+
+    def _population_artifacts(self) -> list[Path]:
+        """The experiment file and the PNGs, rendered from what the store now holds."""
+        out: list[Path] = []
+        resolved = self.target.results_dir / "workbench_experiment.yaml"
+        if resolved.exists():
+            out.append(resolved)
+        try:
+            from workbench.analysis.population_plots import render_population_pngs
+
+            out.extend(
+                render_population_pngs(
+                    self.writer.client(), self.writer.run_ids(), self.target.results_dir
+                )
+            )
+        except Exception as err:  # plots must never fail a population
+            self._event(f"could not render the population's plots: {type(err).__name__}: {err}")
+        return out
+
+
+def _failure_tags(trial: Any, text_tag: str) -> dict[str, str]:
+    """How often the trial has failed, and its error text under `text_tag`."""
+    tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
+    text = _error_text(trial)
+    if text:
+        tags[text_tag] = text
+    return tags
+
+
+def _error_text(trial: Any) -> str:
+    path = getattr(trial, "error_file", None)
+    if path:
+        with contextlib.suppress(OSError):
+            return Path(path).read_text()[-4000:]
+    return str(getattr(trial, "error_msg", "") or "")[-4000:]

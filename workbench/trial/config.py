@@ -1,0 +1,113 @@
+"""The RLlib AlgorithmConfig of a trial, and the param_space Tune samples from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
+from workbench.experiment.defaults import Defaults
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.trial.callbacks import callbacks_class
+
+SIM_EXT_PREFIX = "sim_ext/"
+SEED_KEY = "seed"
+
+
+def make_env(env_id: str, env_config: dict[str, Any]) -> Any:
+    """The env creator registered with Tune: runs in every env runner process.
+
+    RLlib hands it the env_config, plus ``num_envs`` when it wants a whole vector env
+    (gym_env_vectorize_mode="vector_entry_point"). sim_ext's native vector env steps
+    all of them in one C++ call; other Gymnasium ids get Gymnasium's own classes.
+    """
+    import gymnasium as gym
+
+    import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
+
+    config = dict(env_config)
+    num_envs = config.pop("num_envs", None)
+    if num_envs is None:
+        return gym.make(env_id, **config)
+    return gym.make_vec(
+        env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **config
+    )
+
+
+def register_env(env_id: str) -> str:
+    """Registers the creator under the env id (idempotent; again before a restore)."""
+    tune.register_env(env_id, lambda cfg: make_env(env_id, dict(cfg)))
+    return env_id
+
+
+def vectorize_mode(resolved: ResolvedExperiment) -> str:
+    """RLlib's gym_env_vectorize_mode for the experiment ('auto' resolved)."""
+    exp = resolved.experiment
+    mode = exp.resources.env_runners.vectorize
+    if mode == "auto":
+        return "vector_entry_point" if exp.env.id.startswith(SIM_EXT_PREFIX) else "sync"
+    return mode
+
+
+def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
+    exp = resolved.experiment
+    res = exp.resources
+    config = (
+        config_class(exp.algorithm)()
+        .environment(env=register_env(exp.env.id), env_config=dict(exp.env.config))
+        # The trial's placement group is RLlib's default_resource_request of these
+        # settings (workbench/resources.py reads it back for `plan` and the pre-flight).
+        .env_runners(
+            num_env_runners=res.env_runners.count,
+            num_envs_per_env_runner=res.env_runners.envs_per_runner,
+            num_cpus_per_env_runner=res.env_runners.cpus_each,  # type: ignore[arg-type]  # fractions ok
+            gym_env_vectorize_mode=vectorize_mode(resolved),
+        )
+        .resources(
+            num_cpus_for_main_process=res.cpus_main,  # type: ignore[arg-type]
+            placement_strategy=res.placement_strategy,
+        )
+        .learners(
+            num_learners=res.num_learners,
+            num_gpus_per_learner=res.gpus_per_learner,
+            num_cpus_per_learner=res.cpus_per_learner,
+        )
+        .training(**exp.training)
+        .reporting(**exp.reporting.model_dump(exclude_none=True))
+        .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
+        .debugging(seed=exp.seed)
+    )
+    apply_defaults(config, resolved.defaults)
+    if exp.env_runner == "fast" or (
+        exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
+    ):
+        from workbench.trial.fast_runner import FastEnvRunner
+
+        config.env_runners(env_runner_cls=FastEnvRunner)
+    return config
+
+
+def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConfig:
+    """The model and minibatch the experiment's defaults give (workbench/defaults.py);
+    the torch threads go with the callbacks class."""
+    if defaults.model:
+        config.rl_module(model_config=dict(defaults.model))
+    minibatch = defaults.minibatch_size(int(config.train_batch_size_per_learner))
+    if minibatch is not None:
+        config.training(minibatch_size=minibatch)
+    return config
+
+
+def param_space(resolved: ResolvedExperiment, config: AlgorithmConfig) -> dict[str, Any]:
+    """Tune's param_space: the config as a dict with the searched keys as domains.
+
+    Each trial gets its own seed, drawn by the (seeded) searcher, so trials use
+    different, reproducible random streams (RLlib adds the runner index to it).
+    """
+    space = config.to_dict()
+    for key, spec in resolved.tune_space.items():
+        space[key] = spec.domain()
+    space[SEED_KEY] = tune.randint(0, 2**31 - 1)
+    return space
