@@ -627,5 +627,6 @@ def test_the_node_check_refuses_nodes_without_the_project_and_warns_of_unshared_
     assert str(info.value) == (
         "x.yaml: nodes of the cluster cannot import the project, so their trials would fail: "
         "b: sim_ext (ModuleNotFoundError: sim_ext). Install it on every node (the same image, "
-        "see deploy/kuberay) or ship it with a runtime_env (README: Existing clusters)"
+        "see deploy/kuberay) or ship it with a runtime_env (see docs/resources.md, Existing "
+        "clusters)"
     )

@@ -500,7 +500,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         "Figures: seconds per iteration recovered from RLlib's EMA timers (coeff 0.01: "
         "x_n = (E_n - 0.99 E_(n-1)) / 0.01, exact with one training_step per iteration), "
         "summed over the iterations used; shares of time_this_iter_s. Runners needed = the "
-        "learner's consumption rate / one runner's sampling rate. See README, Diagnosis."
+        "learner's consumption rate / one runner's sampling rate. See docs/diagnosis.md."
     )
     return 0
 

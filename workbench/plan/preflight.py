@@ -128,7 +128,7 @@ def judge_nodes(answers: dict[str, dict[str, Any] | str], *, file: str, storage:
             "nodes of the cluster cannot import the project, so their trials would fail: "
             + "; ".join(cannot_import)
             + ". Install it on every node (the same image, see deploy/kuberay) or ship it "
-            "with a runtime_env (README: Existing clusters)",
+            "with a runtime_env (see docs/resources.md, Existing clusters)",
         )
     if unshared:
         warnings.append(

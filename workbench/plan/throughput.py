@@ -14,8 +14,8 @@ from workbench.trial.config import algorithm_config, vectorize_mode
 
 # --- documented rates (rough: they say where sampling cannot keep a learner busy) -----------
 # RLlib's own sampling, one SingleAgentEnvRunner on one core of this machine (2 vCPU Xeon
-# 2.3 GHz), CartPole, default PPO module, env steps/s by envs per runner (KNOWN_FACTS:
-# "RLlib's own sampling on CartPole here"). The environment is not the limit: RLlib's
+# 2.3 GHz), CartPole, default PPO module, env steps/s by envs per runner (docs/resources.md
+# quotes them). The environment is not the limit: RLlib's
 # per-step Python bookkeeping and inference calls are, so other sim_ext envs are similar.
 SAMPLING_RATES: dict[str, dict[int, float]] = {
     "sync": {1: 1.2e3, 8: 5.1e3, 64: 12.3e3},

@@ -4,8 +4,9 @@ RLlib's ``SingleAgentEnvRunner`` does per-env Python work at every step: it runs
 env-to-module and module-to-env connector pipelines, unbatches actions and model
 outputs into per-env items and appends them one by one to per-env episode objects.
 On a C++ vector env that bookkeeping, not the environment, bounds sampling (~45 us
-per env step; KNOWN_FACTS.md). ``FastEnvRunner`` keeps RLlib's module, weights,
-state, metrics and checkpoints, and replaces only the inner loop of ``sample()``:
+per env step; docs/benchmarks/sampling-throughput.md). ``FastEnvRunner`` keeps RLlib's
+module, weights, state, metrics and checkpoints, and replaces only the inner loop of
+``sample()``:
 
 * the rollout lives in preallocated arrays for all N envs (observations, actions,
   rewards, terminated/truncated flags and the module's extra outputs);

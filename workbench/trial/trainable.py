@@ -54,7 +54,7 @@ def seeded_trainable(algo_class: type) -> type:
             one): the algorithm is rebuilt in this process exactly as a new actor would
             build it from ``new_config``, then Tune restores the trial's checkpoint into
             it. What is saved is the new process: ~3.8 s of importing torch and RLlib
-            per exploit (benchmarks/RESULTS.md, Tune overhead). RLlib's Algorithm has no
+            per exploit (docs/benchmarks/tune-overhead.md). RLlib's Algorithm has no
             reset_config, and without one Tune fails the trial at its first reuse."""
             self.cleanup()  # learners, env runners (remote ones are new actors again)
             kept = {name: getattr(self, name, None) for name in _RESET_KEEPS}
