@@ -43,8 +43,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):  # run as a file: python benchmarks/end_to_end.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import command_line, interleaved, median_min_max, pin_to_one_cpu, spread
 
 # rllib/tuned_examples/ppo/cartpole_ppo.py (Ray 2.60)
 EXAMPLE_TRAINING: dict[str, Any] = {"lr": 3e-4, "num_epochs": 6, "vf_loss_coeff": 0.01}
@@ -63,8 +64,8 @@ def example_config(env: str, *, fast: bool, seed: int, batch: int) -> Any:
     """RLlib's tuned CartPole example, sampling in the trial's process with 8 envs."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from workbench.algorithm_config import register_env
-    from workbench.fast_runner import FastEnvRunner
+    from workbench.trial.config import register_env
+    from workbench.trial.fast_runner import FastEnvRunner
 
     sim = env.startswith("sim_ext/")
     config = (
@@ -89,8 +90,8 @@ def workbench_config(seed: int, batch: int, folder: Path) -> Any:
     builds a trial's config (everything else: the workbench's defaults)."""
     import yaml
 
-    from workbench.algorithm_config import algorithm_config
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.trial.config import algorithm_config
 
     experiment = {
         "name": "end_to_end",
@@ -170,16 +171,6 @@ def time_to_target(
     return None, time.perf_counter() - start, best, iterations
 
 
-def _stats(values: list[float], fmt: str = ",.0f") -> str:
-    if not values:
-        return "-"
-    return (
-        f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-        if len(values) > 1
-        else f"{values[0]:{fmt}}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -195,14 +186,13 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
+    core = pin_to_one_cpu(args.core, default="last")
     import ray
     import torch
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     folder = Path(tempfile.mkdtemp(prefix="end_to_end-"))
-    print("command:", " ".join([sys.executable, *sys.argv]))
+    print("command:", command_line())
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, "
         f"ray {ray.__version__}, one core (#{core}), {ENVS} envs, train batch {args.batch}, "
@@ -211,38 +201,35 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"throughput": [], "learning": []}
 
     algos = {arm: build(builder(arm, args.batch, folder)(0)) for arm in ARMS}
-    rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    shares: dict[str, list[float]] = {arm: [] for arm in ARMS}
     try:
         for arm in ARMS:  # warm: the first iteration pays for lazy set-up
             algos[arm].train()
-        for round_ in range(args.rounds):
-            for arm in ARMS:
-                rate, share = timed_iterations(algos[arm], args.iterations)
-                rates[arm].append(rate)
-                shares[arm].append(share)
-            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        measured = interleaved(
+            args.rounds, ARMS, lambda arm: timed_iterations(algos[arm], args.iterations)
+        )
     finally:
         for algo in algos.values():
             algo.stop()
+    rates = {arm: [rate for rate, _ in rounds] for arm, rounds in zip(ARMS, measured, strict=True)}
+    shares = {arm: [sh for _, sh in rounds] for arm, rounds in zip(ARMS, measured, strict=True)}
 
     anchor = statistics.median(rates[ARMS[0]])
     print("\nenv steps per second, learning included (one PPO trial, one core)")
     print(f"{'arm':<24} {'median':>9} {'min':>9} {'max':>9} {'vs example':>11} {'sampling':>9}")
     for arm in ARMS:
         values = rates[arm]
-        median = statistics.median(values)
+        median, low, high = median_min_max(values)
         share = statistics.median(shares[arm])
         print(
-            f"{arm:<24} {median:>9,.0f} {min(values):>9,.0f} {max(values):>9,.0f} "
+            f"{arm:<24} {median:>9,.0f} {low:>9,.0f} {high:>9,.0f} "
             f"{median / anchor:>10.2f}x {100 * share:>8.0f}%"
         )
         out["throughput"].append(
             {
                 "arm": arm,
                 "median": median,
-                "min": min(values),
-                "max": max(values),
+                "min": low,
+                "max": high,
                 "vs_example": median / anchor,
                 "sampling_share": share,
                 "rounds": values,
@@ -274,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [r for r in out["learning"] if r["arm"] == arm and r["env_steps"] is not None]
             print(
                 f"{arm:<14} reached {len(runs)}/{len(seeds)}: env steps "
-                f"{_stats([r['env_steps'] for r in runs])}, seconds "
-                f"{_stats([r['seconds'] for r in runs], '.1f')}"
+                f"{spread([r['env_steps'] for r in runs], ',.0f')}, seconds "
+                f"{spread([r['seconds'] for r in runs])}"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -66,12 +66,17 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 import sim_ext
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/env_throughput.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import cpu_model, interleaved, median_min_max, pin_to_one_cpu
 
 ENV_NAME = "CartPole-v1"
 ACTION_POOL = 64  # pre-drawn action batches, cycled
@@ -105,16 +110,6 @@ class Case:
     step: Stepper
     chunk: int = 1
     rates: list[float] = field(default_factory=list)  # env steps per second, one per round
-
-
-def pin_to_one_cpu(cpu: int | None) -> int:
-    """Pins this process (and threads it starts later) to one CPU; returns which."""
-    allowed = sorted(os.sched_getaffinity(0))
-    chosen = allowed[0] if cpu is None else cpu
-    if chosen not in allowed:
-        raise SystemExit(f"--cpu {chosen} is not in this process's allowed CPUs {allowed}")
-    os.sched_setaffinity(0, {chosen})
-    return chosen
 
 
 def import_envpool() -> tuple[Any | None, str]:
@@ -270,9 +265,10 @@ def table(cases: list[Case]) -> str:
     ]
     for c in cases:
         ratio = rel.get((c.name, c.num_envs))
+        median, low, high = median_min_max(c.rates)
         lines.append(
-            f"| {c.num_envs} | {CASE_LABELS[c.name]} | {fmt_rate(statistics.median(c.rates))} "
-            f"| {fmt_rate(min(c.rates))} | {fmt_rate(max(c.rates))} "
+            f"| {c.num_envs} | {CASE_LABELS[c.name]} | {fmt_rate(median)} "
+            f"| {fmt_rate(low)} | {fmt_rate(high)} "
             f"| {'-' if ratio is None else f'{ratio:.2f}x'} |"
         )
     return "\n".join(lines)
@@ -333,17 +329,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cpu = pin_to_one_cpu(args.cpu)
@@ -378,10 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         warm_up(case)
 
-    for r in range(args.rounds):
-        for case in cases:
-            case.rates.append(measure(case, args.seconds))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    rounds = interleaved(args.rounds, cases, lambda case: measure(case, args.seconds))
+    for case, rates in zip(cases, rounds, strict=True):
+        case.rates = rates
 
     print()
     print(table(cases))

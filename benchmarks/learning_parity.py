@@ -14,21 +14,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
-RETURN = ("env_runners", "episode_return_mean")
+if __package__ in (None, ""):  # run as a file: python benchmarks/learning_parity.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import RETURN_METRIC, command_line, median_min_max, number_at
+
 STEPS = "num_env_steps_sampled_lifetime"
 
 
 def run_once(runner: str, seed: int, target: float, budget: int) -> dict[str, Any]:
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from workbench.algorithm_config import register_env
-    from workbench.fast_runner import FastEnvRunner
+    from workbench.trial.config import register_env
+    from workbench.trial.fast_runner import FastEnvRunner
 
     env_id = register_env("sim_ext/CartPole-v1")
     config = (
@@ -57,7 +60,7 @@ def run_once(runner: str, seed: int, target: float, budget: int) -> dict[str, An
         while steps < budget:
             result = algo.train()
             steps = int(result[STEPS])
-            value = result.get(RETURN[0], {}).get(RETURN[1])
+            value = number_at(result, *RETURN_METRIC)
             if value is not None:
                 best = max(best, float(value))
                 if float(value) >= target:
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    print("command:", " ".join([sys.executable, *sys.argv]))
+    print("command:", command_line())
     runs = []
     for seed in args.seeds:
         for runner in ("rllib", "fast"):
@@ -107,11 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     for runner in ("rllib", "fast"):
         mine = [r for r in runs if r["runner"] == runner]
         steps = [r["env_steps"] if r["env_steps"] is not None else args.budget for r in mine]
-        walls = [r["wall_s"] for r in mine]
-        print(
-            f"{runner:<8} {statistics.median(steps):>17,.0f} {min(steps):>8,} {max(steps):>8,} "
-            f"{statistics.median(walls):>14.0f}"
-        )
+        median, low, high = median_min_max(steps)
+        wall, _, _ = median_min_max([r["wall_s"] for r in mine])
+        print(f"{runner:<8} {median:>17,.0f} {low:>8,} {high:>8,} {wall:>14.0f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=2)

@@ -29,22 +29,24 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import math
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
-RETURN_METRIC = ("env_runners", "episode_return_mean")
+if __package__ in (None, ""):  # run as a file: python benchmarks/main_job.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (
+    EXPERIMENT,
+    experiment_name,
+    first_crossing,
+    median_min_max,
+    print_log_tail,
+    read_trials,
+    run_logged,
+    workbench_command,
+)
 
 
 @dataclass
@@ -57,68 +59,6 @@ class RunFigures:
     launch_to_threshold_s: float | None  # the row's timestamp minus the command's start
     reached_by: str | None
     log: Path
-
-
-def workbench_command() -> list[str]:
-    """The venv's `workbench` script next to this interpreter, else the CLI module."""
-    script = Path(sys.executable).with_name("workbench")
-    if script.is_file():
-        return [str(script)]
-    return [sys.executable, "-m", "workbench.cli"]
-
-
-def _return_of(row: dict[str, object]) -> float | None:
-    value: object = row
-    for key in RETURN_METRIC:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def read_trials(results_dir: Path) -> dict[str, list[dict[str, object]]]:
-    """Each trial's result.json rows, in order (a partly written last line is skipped)."""
-    trials: dict[str, list[dict[str, object]]] = {}
-    for result_file in sorted(results_dir.glob("*/result.json")):
-        rows = []
-        for line in result_file.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        trials[result_file.parent.name] = rows
-    return trials
-
-
-def first_crossing(
-    trials: dict[str, list[dict[str, object]]], threshold: float, started_at: float
-) -> tuple[float | None, float | None, str | None, float]:
-    """(time_total_s, seconds since launch, trial) of the earliest crossing, and the best return."""
-    best_time: float | None = None
-    best_launch: float | None = None
-    reached_by: str | None = None
-    best_return = math.nan
-    for name, rows in trials.items():
-        for row in rows:
-            value = _return_of(row)
-            if value is None:
-                continue
-            if math.isnan(best_return) or value > best_return:
-                best_return = value
-            if value < threshold:
-                continue
-            total = float(row["time_total_s"])  # type: ignore[arg-type]
-            if best_time is None or total < best_time:
-                best_time, reached_by = total, name
-            stamp = row.get("timestamp")
-            if isinstance(stamp, (int, float)):
-                since = float(stamp) - started_at
-                if best_launch is None or since < best_launch:
-                    best_launch = since
-            break  # the first crossing of this trial
-    return best_time, best_launch, reached_by, best_return
 
 
 def run_seed(
@@ -136,31 +76,15 @@ def run_seed(
         *[arg for item in extra for arg in ("--set", item)],
     ]
     print(f"seed {seed}: {' '.join(command)}", flush=True)
-    started_at = time.time()
-    start = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
-    wall = time.perf_counter() - start
-    name = _experiment_name(experiment, extra)
-    trials = read_trials(storage / name)
+    returncode, started_at, wall = run_logged(command, log)
+    trials = read_trials(storage / experiment_name(experiment, extra))
     trial_time, launch_time, reached_by, best = first_crossing(trials, threshold, started_at)
-    lines = log.read_text().splitlines()
-    for line in lines:
+    for line in log.read_text().splitlines():
         if line.startswith(("Experiment ", "Best trial ", "No trial ")):
             print(f"  {line}")
-    if done.returncode != 0:
-        print(f"  exit status {done.returncode}; the end of {log}:")
-        for line in lines[-20:]:
-            print(f"    {line}")
-    return RunFigures(seed, done.returncode, wall, best, trial_time, launch_time, reached_by, log)
-
-
-def _experiment_name(experiment: Path, extra: list[str]) -> str:
-    for item in extra:
-        key, _, value = item.partition("=")
-        if key.strip() == "name":
-            return value.strip()
-    return str(yaml.safe_load(experiment.read_text())["name"])
+    if returncode != 0:
+        print_log_tail(log, 20, f"  exit status {returncode}; the end of {log}:")
+    return RunFigures(seed, returncode, wall, best, trial_time, launch_time, reached_by, log)
 
 
 def _seconds(value: float | None, missing: str) -> str:
@@ -170,10 +94,8 @@ def _seconds(value: float | None, missing: str) -> str:
 def _stats(values: list[float]) -> str:
     if not values:
         return "n/a"
-    return (
-        f"median {statistics.median(values):6.1f} s   min {min(values):6.1f} s   "
-        f"max {max(values):6.1f} s"
-    )
+    median, low, high = median_min_max(values)
+    return f"median {median:6.1f} s   min {low:6.1f} s   max {high:6.1f} s"
 
 
 def report(figures: list[RunFigures], threshold: float, target_s: float) -> bool:

@@ -89,14 +89,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a file: python benchmarks/mlflow_overhead.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import EXPERIMENT, ROOT, cpu_model, median_min_max
+
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning, module=r"(mlflow|ray|pydantic)(\.|$)")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # `workbench` from this tree even without an install
-
-EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "workbench_mlflow_overhead_results.pkl"
 TARGET_MS = 20.0  # workbench end to end, median ms per result, at most
 TARGET_RATIO = 50.0  # Ray's median over the workbench's, at least
@@ -119,8 +119,8 @@ def collect_real_results(count: int) -> list[dict[str, Any]]:
     """`count` results of the workbench's PPO on sim_ext CartPole, from `algo.train()`."""
     import ray
 
-    from workbench.algorithm_config import algorithm_config
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.trial.config import algorithm_config
 
     with tempfile.TemporaryDirectory(prefix="mlflow-overhead-") as tmp:
         resolved = load_and_resolve(str(EXPERIMENT), [f"storage={tmp}"], check_results=False)
@@ -295,7 +295,7 @@ def result_shape(result: dict[str, Any], keep: Callable[[str], bool]) -> dict[st
     """Flattened keys, numbers, what each callback logs as metrics from one result."""
     from ray.tune.utils import flatten_dict
 
-    from workbench.tracking import numeric_metrics
+    from workbench.tracking.metrics import numeric_metrics
 
     flat = flatten_dict(result, delimiter="/")
     numbers_ = [
@@ -501,7 +501,7 @@ def run_ray(
 def make_tracker(
     folder: Path, name: str, hyperparameters: dict[str, str], metrics: str | list[str]
 ) -> tuple[Any, list[str]]:
-    from workbench.tracking import MlflowTracker, TrackingTarget
+    from workbench.tracking.callback import MlflowTracker, TrackingTarget
 
     uri = fresh_store(folder, name, "bench")
     target = TrackingTarget(
@@ -604,14 +604,14 @@ def table(figures: dict[str, Figures], shape: dict[str, int]) -> str:
         fig = figures[case]
         if not fig.ms_per_result:
             continue
-        median = statistics.median(fig.ms_per_result)
+        median, low, high = median_min_max(fig.ms_per_result)
         per_round = fig.results // len(fig.ms_per_result)
         calls = statistics.median(fig.calls_per_result)
         n_metrics = metrics.get(case, shape["workbench_metrics_with_hp"])
         ratio = ray_median / median if median > 0 else float("inf")
         lines.append(
-            f"| {label} | {per_round} | {fmt_ms(median)} | {fmt_ms(min(fig.ms_per_result))} "
-            f"| {fmt_ms(max(fig.ms_per_result))} | {calls:.2f} | {n_metrics} | {ratio:.1f}x |"
+            f"| {label} | {per_round} | {fmt_ms(median)} | {fmt_ms(low)} "
+            f"| {fmt_ms(high)} | {calls:.2f} | {n_metrics} | {ratio:.1f}x |"
         )
     return "\n".join(lines)
 
@@ -626,17 +626,6 @@ def verdict(figures: dict[str, Figures]) -> tuple[bool, str]:
         f"(target <= {TARGET_MS:g}), Ray {ray:.0f} ms/result, {ratio:.1f}x faster "
         f"(target >= {TARGET_RATIO:g}x)"
     )
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -687,8 +676,8 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_loggers()  # after MLflow's import, which sets its logger's level
 
-    from workbench.resolve import load_and_resolve
-    from workbench.tracking import hp_metric, metric_filter
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.tracking.metrics import hp_metric, metric_filter
 
     python = (
         os.path.relpath(sys.executable) if ROOT in Path(sys.executable).parents else sys.executable

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/sampling_throughput.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import command_line, interleaved, median_min_max, pin_to_one_cpu
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def build_runner(case: Case, seed: int = 0) -> Any:
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     import sim_ext  # noqa: F401  (registers sim_ext/* with Gymnasium)
-    from workbench.fast_runner import FastEnvRunner
+    from workbench.trial.fast_runner import FastEnvRunner
 
     env_id = "sim_ext/CartPole-v1" if case.env == "sim_ext" else "CartPole-v1"
     env_config = {"substeps": case.substeps} if case.substeps != 1 else {}
@@ -101,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
-    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
+    core = pin_to_one_cpu(args.core, default="last")
     import torch
 
     torch.set_num_threads(1)
@@ -126,29 +129,24 @@ def main(argv: list[str] | None = None) -> int:
                 Case("sim_ext", "vector_entry_point", "fast", n, args.substeps),
             ]
 
-    print("command:", " ".join([sys.executable, *sys.argv]))
+    print("command:", command_line())
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, one core (#{core}), "
         f"{args.rounds} interleaved rounds of {args.seconds} s per case"
     )
     runners = {case: build_runner(case) for case in cases}
-    figures: dict[Case, list[float]] = {case: [] for case in cases}
-    for round_ in range(args.rounds):
-        for case in cases:
-            figures[case].append(measure(runners[case], case.n, args.seconds))
-        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    rounds = interleaved(
+        args.rounds, cases, lambda case: measure(runners[case], case.n, args.seconds)
+    )
+    figures = dict(zip(cases, rounds, strict=True))
 
     print(f"\n{'case':<58} {'median':>10} {'min':>10} {'max':>10} {'vs RLlib':>9}")
     out = []
     for case in cases:
-        values = figures[case]
-        median = statistics.median(values)
+        median, low, high = median_min_max(figures[case])
         anchor = statistics.median(figures[case.anchor])
         ratio = median / anchor
-        print(
-            f"{case.label:<58} {median:>10,.0f} {min(values):>10,.0f} {max(values):>10,.0f} "
-            f"{ratio:>8.2f}x"
-        )
+        print(f"{case.label:<58} {median:>10,.0f} {low:>10,.0f} {high:>10,.0f} {ratio:>8.2f}x")
         out.append(
             {
                 "env": case.env,
@@ -157,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 "n": case.n,
                 "substeps": case.substeps,
                 "median": median,
-                "min": min(values),
-                "max": max(values),
+                "min": low,
+                "max": high,
                 "vs_rllib": ratio,
             }
         )

@@ -52,23 +52,27 @@ import datetime
 import json
 import math
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from main_job import (
+if __package__ in (None, ""):  # run as a file: python benchmarks/time_to_target.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (
     EXPERIMENT,
+    RETURN_METRIC,
     ROOT,
-    _experiment_name,
+    command_line,
+    experiment_name,
     first_crossing,
+    number_at,
+    print_log_tail,
     read_trials,
+    run_logged,
+    spread,
     workbench_command,
 )
 
@@ -165,15 +169,6 @@ class Run:
     note: str = field(default="")
 
 
-def _nested(row: dict[str, object], *keys: str) -> float | None:
-    value: object = row
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return float(value) if isinstance(value, int | float) else None
-
-
 def run_once(
     seed: int, arm: Arm, root: Path, threshold: float, extra: list[str], quick: bool = False
 ) -> Run:
@@ -187,39 +182,33 @@ def run_once(
         *[arg for item in sets for arg in ("--set", item)],
     ]
     print(f"seed {seed}, {arm.name}: {' '.join(command)}", flush=True)
-    started_at = time.time()
-    start = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
-    wall = time.perf_counter() - start
-    trials = read_trials(storage / _experiment_name(arm.experiment, sets))
+    returncode, started_at, wall = run_logged(command, log)
+    trials = read_trials(storage / experiment_name(arm.experiment, sets))
     trial_time, launch_time, reached_by, best = first_crossing(trials, threshold, started_at)
     population_steps = sum(
-        _nested(row, "env_runners", "num_env_steps_sampled") or 0.0
+        number_at(row, "env_runners", "num_env_steps_sampled") or 0.0
         for rows in trials.values()
         for row in rows
     )
     trial_steps = None
     if reached_by is not None:
         for row in trials[reached_by]:
-            ret = _nested(row, "env_runners", "episode_return_mean")
+            ret = number_at(row, *RETURN_METRIC)
             if ret is not None and ret >= threshold:
-                trial_steps = _nested(row, "num_env_steps_sampled_lifetime")
+                trial_steps = number_at(row, "num_env_steps_sampled_lifetime")
                 break
     split = {"iteration_s": 0.0, "sampling_s": 0.0, "learner_s": 0.0}
     for rows in trials.values():
         for row in rows:
             for key in split:
-                split[key] += _nested(row, "workbench", key) or 0.0
+                split[key] += number_at(row, "workbench", key) or 0.0
     total = split["iteration_s"] or math.nan
-    if done.returncode != 0:
-        print(f"  exit status {done.returncode}; the end of {log}:")
-        for line in log.read_text().splitlines()[-15:]:
-            print(f"    {line}")
+    if returncode != 0:
+        print_log_tail(log, 15, f"  exit status {returncode}; the end of {log}:")
     return Run(
         seed,
         arm.name,
-        done.returncode,
+        returncode,
         wall,
         launch_time,
         trial_time,
@@ -244,10 +233,7 @@ def run_zoo(seed: int, root: Path, threshold: float, quick: bool) -> Run:
         command += ["--train-timesteps", "4096"]
     print(f"seed {seed}, {ZOO}: {' '.join(command)}", flush=True)
     log = root / f"seed{seed}-{ZOO}.log"
-    start = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, check=False)
-    wall = time.perf_counter() - start
+    returncode, _, wall = run_logged(command, log)
     lines = log.read_text().splitlines()
     figures: dict[str, object] = {}
     if lines:
@@ -255,11 +241,9 @@ def run_zoo(seed: int, root: Path, threshold: float, quick: bool) -> Run:
             figures = json.loads(lines[-1])
         except json.JSONDecodeError:
             figures = {}
-    code = done.returncode or int(figures.get("returncode", 1) or 0)  # type: ignore[call-overload]
+    code = returncode or int(figures.get("returncode", 1) or 0)  # type: ignore[call-overload]
     if code != 0 or "train_env_steps" not in figures:
-        print(f"  exit status {done.returncode}; the end of {log}:")
-        for line in lines[-15:]:
-            print(f"    {line}")
+        print_log_tail(log, 15, f"  exit status {returncode}; the end of {log}:")
         return Run(seed, ZOO, code or 1, wall, None, None, 0.0, None, math.nan, math.nan, math.nan)
     for line in lines[:-1]:
         if line.startswith(("search:", "train:")) and "rl_zoo3.train" not in line:
@@ -292,15 +276,6 @@ def _share(value: float) -> str:
     return "-" if math.isnan(value) else f"{100 * value:.0f}%"
 
 
-def _stats(values: list[float], fmt: str = ".1f") -> str:
-    if not values:
-        return "n/a"
-    return (
-        f"{format(statistics.median(values), fmt)} "
-        f"[{format(min(values), fmt)}-{format(max(values), fmt)}]"
-    )
-
-
 def report(runs: list[Run], threshold: float, names: list[str]) -> None:
     target = f"{threshold:g}"
     print()
@@ -330,11 +305,11 @@ def report(runs: list[Run], threshold: float, names: list[str]) -> None:
         hit = [r for r in mine if r.launch_to_target_s is not None]
         shares = [100 * r.sampling_share for r in mine if not math.isnan(r.sampling_share)]
         print(
-            f"| {name} | {len(hit)}/{len(mine)} | {_stats([r.wall_s for r in mine])} | "
-            f"{_stats([r.launch_to_target_s for r in hit if r.launch_to_target_s is not None])} | "
-            f"{_stats([t for r in hit if (t := r.trial_time_to_target_s) is not None])} | "
-            f"{_stats([r.population_env_steps for r in hit], ',.0f')} | "
-            f"{_stats(shares, '.0f')}{'%' if shares else ''} |"
+            f"| {name} | {len(hit)}/{len(mine)} | {spread([r.wall_s for r in mine])} | "
+            f"{spread([r.launch_to_target_s for r in hit if r.launch_to_target_s is not None])} | "
+            f"{spread([t for r in hit if (t := r.trial_time_to_target_s) is not None])} | "
+            f"{spread([r.population_env_steps for r in hit], ',.0f')} | "
+            f"{spread(shares, '.0f')}{'%' if shares else ''} |"
         )
     anchor = names[0]
     for name in names[1:]:
@@ -393,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="time_to_target-"))
     now = datetime.datetime.now(datetime.timezone.utc)
-    print("command:", " ".join([sys.executable, *sys.argv]))
+    print("command:", command_line())
     print(f"{now:%Y-%m-%d %H:%M:%S} UTC; results under {root}")
     names = [a.name for a in chosen] + ([ZOO] if args.zoo else [])
     runs = []

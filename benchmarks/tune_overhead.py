@@ -24,7 +24,7 @@ Method (one local Ray of ``--cpus`` CPUs for the whole script, every round inter
   ``--iterations`` iterations each, perturbation interval ``--interval``. Two setups per
   round, their order alternating between rounds:
 
-  - *workbench*: ``workbench.launch.run`` (its PBT with clamped mutations and lineage,
+  - *workbench*: ``workbench.run.launch.run`` (its PBT with clamped mutations and lineage,
     a checkpoint every ``checkpoint.frequency`` iterations, pruning by CheckpointGuard,
     an experiment snapshot after every trial checkpoint, MLflow tracking, the progress
     table, ``reuse_actors=True`` with its ``reset_config``);
@@ -63,25 +63,27 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from main_job import read_trials
+if __package__ in (None, ""):  # run as a file: python benchmarks/tune_overhead.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (
+    EXPERIMENT,
+    ROOT,
+    command_line,
+    interleaved,
+    median_min_max,
+    read_trials,
+    spread,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "cartpole_pbt.yaml"
 
-
-def _stats(values: list[float], unit: str = "", digits: int = 0) -> str:
-    fmt = f"{{:>9,.{digits}f}}"
-    return "  ".join(
-        fmt.format(v) + unit for v in (statistics.median(values), min(values), max(values))
-    )
+def _cells(values: list[float]) -> list[str]:
+    """Median, min and max, each with thousands separators and no decimals."""
+    return [f"{v:,.0f}" for v in median_min_max(values)]
 
 
 def _triple(values: list[float], fmt: str, unit: str = "") -> str:
     """'median [min-max]' in a 24-wide cell."""
-    median = format(statistics.median(values), fmt)
-    low, high = format(min(values), fmt), format(max(values), fmt)
-    return f"{median}{unit} [{low}-{high}]".rjust(24)
+    return spread(values, fmt, unit).rjust(24)
 
 
 def experiment_data(args: argparse.Namespace, storage: Path, name: str) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def experiment_data(args: argparse.Namespace, storage: Path, name: str) -> dict[
 
 
 def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
-    from workbench.resolve import load_and_resolve
+    from workbench.experiment.resolve import load_and_resolve
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{data['name']}.yaml"
@@ -120,8 +122,8 @@ def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
 def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[float]]:
     import ray
 
-    from workbench.algorithm_config import algorithm_config
-    from workbench.launch import seeded_trainable
+    from workbench.trial.config import algorithm_config
+    from workbench.trial.trainable import seeded_trainable
 
     resolved = resolved_experiment(experiment_data(args, folder, "exploit"), folder)
     config = algorithm_config(resolved)
@@ -188,7 +190,7 @@ def population_figures(experiment_dir: Path, wall_s: float, population: int) -> 
 
 
 def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
-    from workbench import launch
+    from workbench.run import launch
 
     resolved = resolved_experiment(experiment_data(args, folder, "workbench"), folder)
     fit_s: list[float] = []
@@ -217,8 +219,8 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
     from ray import tune
     from ray.tune.schedulers import PopulationBasedTraining
 
-    from workbench.algorithm_config import algorithm_config, param_space
-    from workbench.schema import RETURN_METRIC
+    from workbench.names import RETURN_METRIC
+    from workbench.trial.config import algorithm_config, param_space
 
     resolved = resolved_experiment(experiment_data(args, folder, "tune"), folder)
     config = algorithm_config(resolved)
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"  # both: RLlib's first iteration
     import ray
 
-    print("command:", " ".join([sys.executable, *sys.argv]))
+    print("command:", command_line())
     now = datetime.datetime.now(datetime.timezone.utc)
     print(
         f"{now:%Y-%m-%d %H:%M:%S} UTC  {os.cpu_count()} CPUs  python "
@@ -291,14 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         exploits = measure_exploits(args, folder / "exploits")
         setups = {"workbench": run_workbench, "Tune defaults": run_tune_defaults}
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
-        for round_ in range(args.rounds):
-            order = list(setups) if round_ % 2 == 0 else list(reversed(setups))
-            for name in order:
-                where = folder / f"round{round_}-{name.replace(' ', '_')}"
-                where.mkdir(parents=True)
-                runs[name].append(setups[name](args, where))
-                print(f"population round {round_ + 1}: {name} done", file=sys.stderr)
+
+        def population(name: str) -> dict[str, float]:
+            where = folder / f"round{len(list(folder.glob('round*')))}-{name.replace(' ', '_')}"
+            where.mkdir(parents=True)
+            return setups[name](args, where)
+
+        rounds = interleaved(
+            args.rounds, list(setups), population, alternate=True, label="population round"
+        )
+        runs = dict(zip(setups, rounds, strict=True))
     finally:
         ray.shutdown()
         if args.keep:
@@ -333,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {'step':<38} | {'median':>9} | {'min':>9} | {'max':>9} | {'/ train()':>9} |")
     print(f"|{'-' * 40}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 11}|")
     for label, values in rows:
-        cells = _stats(values).split()
+        cells = _cells(values)
         ratio = statistics.median(values) / train
         print(f"| {label:<38} | {cells[0]:>9} | {cells[1]:>9} | {cells[2]:>9} | {ratio:>8.2f}x |")
 
@@ -356,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median([f['command_s'] for f in figures]):>11.1f} |"
         )
     print("(median [min-max] over rounds; restarts: actors restarted from a checkpoint, by")
-    print(" exploits and by PBT pausing a trial while others wait; whole run: workbench.launch.run")
+    print(" exploits and by PBT pausing a trial while others wait; whole run: launch.run")
     print(" including its pre-flight, MLflow start and end, and plots)")
     wb = statistics.median([f["wall_s"] for f in runs["workbench"]])
     tu = statistics.median([f["wall_s"] for f in runs["Tune defaults"]])

@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import pickle
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/zoo_reference.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import print_log_tail, run_logged
 
 ENV_ID = "CartPole-v1"
 N_ENVS = 8  # RL Zoo's hyperparams/ppo.yml for CartPole-v1
@@ -151,16 +154,11 @@ def _search(args: argparse.Namespace, folder: Path) -> tuple[int, float, Any]:
     ]
     print("search:", " ".join(command), flush=True)
     log = folder.parent / "search.log"
-    start = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
-    elapsed = time.perf_counter() - start
+    returncode, _, elapsed = run_logged(command, log, cwd=None)
     reports = sorted(folder.glob(f"ppo/report_{ENV_ID}_*.pkl"))
-    if done.returncode != 0 or not reports:
-        print(f"search failed (exit {done.returncode}); the end of {log}:")
-        for line in log.read_text().splitlines()[-20:]:
-            print("   ", line)
-        return done.returncode or 1, elapsed, None
+    if returncode != 0 or not reports:
+        print_log_tail(log, 20, f"search failed (exit {returncode}); the end of {log}:")
+        return returncode or 1, elapsed, None
     with reports[-1].open("rb") as f:
         return 0, elapsed, pickle.load(f)
 
