@@ -26,6 +26,9 @@ PLOTS_DIR = "plots"  # the population's PNGs
 
 # --- MLflow runs and tags -----------------------------------------------------------------------
 PARENT = "__population__"  # the tracker's handle of the population's parent run
+# MLflow's own tags, which the tracker sets and the inspection commands read.
+PARENT_RUN_TAG = "mlflow.parentRunId"  # a trial run's population run
+RUN_NAME_TAG = "mlflow.runName"  # the population's or the trial's name
 KEY_TAG = "workbench.key"  # finds a population's runs again after a restore
 ROLE_TAG = "workbench.role"  # "population" or "trial"
 RESULTS_DIR_TAG = "workbench.results_dir"
@@ -37,6 +40,9 @@ LAST_FAILURE_TAG = "workbench.last_failure"  # a failure Tune retried
 FAILURES_TAG = "workbench.failures"
 STOPPED_BY_TAG = "workbench.stopped_by"
 EVAL_TAG_PREFIX = "workbench.eval."
+# What `workbench eval` logs to a trial run: eval/<statistic> metrics.
+EVAL_METRIC_PREFIX = "eval/"
+EVAL_RETURN_METRIC = EVAL_METRIC_PREFIX + "return_mean"
 
 
 def trial_name(trial: Any) -> str:
