@@ -78,6 +78,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 format: setup
 	$(PY) -m ruff check --fix .

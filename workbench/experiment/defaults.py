@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
 
@@ -73,7 +74,6 @@ def observation_features(space: gym.Space[Any]) -> int | None:
 
 
 def model_fields() -> list[str]:
-    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     return [f.name for f in fields(DefaultModelConfig)]
 

@@ -16,13 +16,18 @@ from pydantic import ValidationError
 import sim_ext
 from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
 from workbench.experiment import defaults as wb_defaults
-from workbench.experiment.algorithms import ALGORITHMS, training_parameters, tune_key
+from workbench.experiment.algorithms import (
+    ALGORITHMS,
+    FAST_RUNNER_ALGORITHMS,
+    training_parameters,
+    tune_key,
+)
 from workbench.experiment.schema import (
-    ASHAScheduler,
+    AshaSection,
     Experiment,
-    PB2Scheduler,
-    PBTScheduler,
-    ReplayScheduler,
+    Pb2Section,
+    PbtSection,
+    ReplaySection,
     load_experiment,
     read_yaml,
 )
@@ -380,7 +385,7 @@ def _check_replay(
 ) -> list[str]:
     """A replayed schedule sets training parameters nothing else sets; returns their names."""
     scheduler = experiment.scheduler
-    if not isinstance(scheduler, ReplayScheduler):
+    if not isinstance(scheduler, ReplaySection):
         return []
     names = list(scheduler.schedule[0].values)
     for name in names:
@@ -407,7 +412,6 @@ def _check_replay(
 
 def _check_combinations(experiment: Experiment, where: str, problems: list[Problem]) -> None:
     """Rules that span sections."""
-    from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
 
     if experiment.env_runner == "fast" and experiment.algorithm not in FAST_RUNNER_ALGORITHMS:
         problems.append(
@@ -419,7 +423,7 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
             )
         )
     scheduler = experiment.scheduler
-    population_based = isinstance(scheduler, PBTScheduler | PB2Scheduler)
+    population_based = isinstance(scheduler, PbtSection | Pb2Section)
     if population_based and experiment.search.type == "optuna":
         problems.append(
             Problem(
@@ -431,7 +435,7 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                 "or Optuna with scheduler 'asha' or 'fifo'",
             )
         )
-    if isinstance(scheduler, PBTScheduler | PB2Scheduler):
+    if isinstance(scheduler, PbtSection | Pb2Section):
         keep, frequency = experiment.checkpoint.keep, experiment.checkpoint.frequency
         if keep < 3:
             problems.append(
@@ -456,7 +460,7 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
     if (
         not experiment.stop.tune_stop()
         and experiment.stop.wall_time_s is None
-        and not isinstance(scheduler, ASHAScheduler)
+        and not isinstance(scheduler, AshaSection)
     ):
         problems.append(
             Problem(

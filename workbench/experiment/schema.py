@@ -74,7 +74,7 @@ class SearchSpaceSection(_Strict):
     )
 
 
-class PBTScheduler(_Strict):
+class PbtSection(_Strict):
     """Population-based training: exploit the top, explore by perturbing (clamped to bounds)."""
 
     type: Literal["pbt"]
@@ -94,7 +94,7 @@ class PBTScheduler(_Strict):
     synch: bool = Field(False, description="Synchronous PBT (wait for the whole population).")
 
 
-class PB2Scheduler(_Strict):
+class Pb2Section(_Strict):
     """PB2: PBT whose explore step is a GP bandit over the numeric bounds."""
 
     type: Literal["pb2"]
@@ -103,7 +103,7 @@ class PB2Scheduler(_Strict):
     synch: bool = Field(False, description="Synchronous PB2 (wait for the whole population).")
 
 
-class ASHAScheduler(_Strict):
+class AshaSection(_Strict):
     """Asynchronous successive halving: stop weak trials early."""
 
     type: Literal["asha"]
@@ -113,7 +113,7 @@ class ASHAScheduler(_Strict):
     brackets: PositiveInt = 1
 
 
-class FIFOScheduler(_Strict):
+class FifoSection(_Strict):
     """Every trial runs to its stop rule."""
 
     type: Literal["fifo"]
@@ -128,7 +128,7 @@ class ReplayStep(_Strict):
     )
 
 
-class ReplayScheduler(_Strict):
+class ReplaySection(_Strict):
     """Replays a hyperparameter schedule: every trial starts with the first step's values
     and changes to a step's values before training its iteration (it saves a checkpoint
     and restores it with the new config, as a PBT exploit does, onto its own weights).
@@ -175,8 +175,8 @@ class ReplayScheduler(_Strict):
         return values
 
 
-Scheduler = Annotated[
-    PBTScheduler | PB2Scheduler | ASHAScheduler | FIFOScheduler | ReplayScheduler,
+SchedulerSection = Annotated[
+    PbtSection | Pb2Section | AshaSection | FifoSection | ReplaySection,
     Field(discriminator="type"),
 ]
 
@@ -473,7 +473,7 @@ class Experiment(_Strict):
     )
     reporting: ReportingSection = Field(default_factory=ReportingSection)
     search_space: SearchSpaceSection = Field(default_factory=SearchSpaceSection)
-    scheduler: Scheduler = Field(default_factory=lambda: FIFOScheduler(type="fifo"))
+    scheduler: SchedulerSection = Field(default_factory=lambda: FifoSection(type="fifo"))
     search: SearchSection = Field(default_factory=SearchSection)
     population: PositiveInt = Field(
         4, alias="num_samples", description="Trials (num_samples; per grid point with grids)."
@@ -643,11 +643,11 @@ def _problems_from(err: ValidationError, file: str, model: type[BaseModel]) -> l
 
 
 _SCHEDULERS: dict[str, type[BaseModel]] = {
-    "pbt": PBTScheduler,
-    "pb2": PB2Scheduler,
-    "asha": ASHAScheduler,
-    "fifo": FIFOScheduler,
-    "replay": ReplayScheduler,
+    "pbt": PbtSection,
+    "pb2": Pb2Section,
+    "asha": AshaSection,
+    "fifo": FifoSection,
+    "replay": ReplaySection,
 }
 
 

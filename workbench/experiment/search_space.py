@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 from ray import tune
 
 Kind = Literal["uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid"]
@@ -144,7 +144,6 @@ SearchSpace = dict[str, ParamSpec]
 
 def parse_search_space(raw: Mapping[str, Any]) -> SearchSpace:
     """Validates a mapping of name -> block (pydantic errors carry the name in their loc)."""
-    from pydantic import TypeAdapter
 
     adapter: TypeAdapter[dict[str, ParamSpec]] = TypeAdapter(dict[str, ParamSpec])
     return adapter.validate_python(dict(raw))

@@ -14,9 +14,11 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import gymnasium as gym
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
@@ -34,10 +36,7 @@ from workbench.plan.throughput import (
     estimate_throughput,
     probe_throughput,
 )
-from workbench.trial.config import algorithm_config
-
-Configure = Callable[[Any], Any]
-
+from workbench.trial.config import build_config, with_resources_of
 
 # Counting how many trials a cluster holds stops here (the plan says "or more").
 _CAPACITY_CAP = 1000
@@ -62,6 +61,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     cpu_fallback: bool = False
     throughput: Throughput | None = None
+    # What the run should use: the experiment and RLlib config the plan was made for (the
+    # CPU fallback's where the plan fell back to CPU learners).
+    resolved: ResolvedExperiment | None = None
+    config: AlgorithmConfig | None = None
 
     @property
     def fits(self) -> bool:
@@ -184,11 +187,8 @@ def with_resources(resolved: ResolvedExperiment, **changes: Any) -> ResolvedExpe
     return dataclasses.replace(resolved, experiment=new)
 
 
-def request_for(resolved: ResolvedExperiment, configure: Configure | None = None) -> TrialRequest:
-    """The placement group of one trial of this experiment, read from RLlib."""
-    config = algorithm_config(resolved)
-    if configure is not None:
-        config = configure(config)
+def request_for(resolved: ResolvedExperiment, config: AlgorithmConfig) -> TrialRequest:
+    """The placement group of one trial of this experiment, read from RLlib's config."""
     # RLlib's validate() logs "You are running PPO on the new API stack!" each time.
     quiet = logging.getLogger("ray.rllib.algorithms.algorithm_config")
     level = quiet.level
@@ -207,15 +207,21 @@ def make_plan(
     resolved: ResolvedExperiment,
     cluster: Cluster,
     *,
-    configure: Configure | None = None,
+    config: AlgorithmConfig | None = None,
     probe: bool = False,
 ) -> Plan:
     """The plan of one experiment on one cluster (no Ray started; ``probe`` builds the
-    algorithm locally for a few seconds to measure sampling and learning rates)."""
+    algorithm locally for a few seconds to measure sampling and learning rates).
+
+    ``config`` is the run's RLlib config (built from ``resolved`` when not given); the
+    plan carries the config and experiment the run should use (the CPU fallback's where
+    the plan falls back), and never changes its inputs."""
     exp = resolved.experiment
     res = exp.resources
     where = str(resolved.file)
-    request = request_for(resolved, configure)
+    if config is None:
+        config = build_config(resolved)
+    request = request_for(resolved, config)
     warnings: list[str] = []
     problems: list[Problem] = []
     notes: list[str] = []
@@ -224,7 +230,8 @@ def make_plan(
     if gpus and not cluster.totals.get("GPU") and res.no_gpu == "cpu_fallback":
         fallback = True
         resolved = with_resources(resolved, gpus_per_learner=0.0)
-        request = request_for(resolved, configure)
+        config = with_resources_of(config, resolved)
+        request = request_for(resolved, config)
         warnings.append(
             f"NO GPU on {cluster.source}: the experiment asks for GPU {gpus:g} per "
             "trial and says resources.no_gpu: cpu_fallback, so its learners train on "
@@ -242,12 +249,10 @@ def make_plan(
             Problem(
                 where,
                 _unfit_field(request, cluster),
-                _unfit_message(resolved, request, cluster, configure),
+                _unfit_message(resolved, config, request, cluster),
             )
         )
     if res.env_runners.vectorize == "vector_entry_point":
-        import gymnasium as gym
-
         spec = gym.spec(exp.env.id)
         if spec.vector_entry_point is None:
             problems.append(
@@ -276,7 +281,9 @@ def make_plan(
         notes.append(text + " (startup and restores not counted)")
     throughput = None
     try:
-        throughput = probe_throughput(resolved) if probe else estimate_throughput(resolved)
+        throughput = (
+            probe_throughput(resolved, config) if probe else estimate_throughput(resolved, config)
+        )
     except ExperimentError:
         raise
     except Exception as err:  # an estimate must never stop a plan
@@ -299,6 +306,8 @@ def make_plan(
         notes=notes,
         cpu_fallback=fallback,
         throughput=throughput,
+        resolved=resolved,
+        config=config,
     )
 
 
@@ -313,9 +322,9 @@ def _unfit_field(request: TrialRequest, cluster: Cluster) -> str:
 
 def _unfit_message(
     resolved: ResolvedExperiment,
+    config: AlgorithmConfig,
     request: TrialRequest,
     cluster: Cluster,
-    configure: Configure | None,
 ) -> str:
     reasons = unfit_reasons(request, cluster)
     text = (
@@ -324,7 +333,7 @@ def _unfit_message(
         + f". Its placement group ({request.strategy}): {_bundles_text(request)}; "
         f"per trial {fmt(request.totals)}. "
     )
-    valid = what_would_fit(resolved, request, cluster, configure)
+    valid = what_would_fit(resolved, config, request, cluster)
     if valid:
         text += "It would fit with " + "; or with ".join(valid) + ". "
     return text + "Ray would leave such a trial PENDING forever"
@@ -351,13 +360,14 @@ def _bundles_text(request: TrialRequest) -> str:
 
 def what_would_fit(
     resolved: ResolvedExperiment,
+    config: AlgorithmConfig,
     request: TrialRequest,
     cluster: Cluster,
-    configure: Configure | None = None,
     most: int = 3,
 ) -> list[str]:
     """Up to ``most`` changes of the resources section (the fewest fields first) under
-    which one trial fits this cluster, each checked against RLlib's bundles."""
+    which one trial fits this cluster, each checked against RLlib's bundles of a copy of
+    ``config`` with those resources."""
     res = resolved.experiment.resources
     runners = res.env_runners
     gpu = request.totals.get("GPU", 0.0)
@@ -398,7 +408,8 @@ def what_would_fit(
 
     def fits(changes: dict[str, Any]) -> bool:
         try:
-            candidate = request_for(with_resources(resolved, **changes), configure)
+            changed = with_resources(resolved, **changes)
+            candidate = request_for(changed, with_resources_of(config, changed))
         except ExperimentError:
             return False
         return not unfit_reasons(candidate, cluster)

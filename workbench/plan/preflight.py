@@ -4,6 +4,7 @@ the results storage."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -11,9 +12,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import ResolvedExperiment
-from workbench.plan.capacity import Configure, Plan, make_plan, with_resources
+from workbench.plan.capacity import Plan, make_plan
 from workbench.plan.resources import Cluster, live_cluster
 
 # How long `workbench run` waits for nodes to join before it calls a trial unfit (seconds;
@@ -23,20 +28,22 @@ WAIT_ENV = "WORKBENCH_WAIT_FOR_RESOURCES_S"
 
 def preflight(
     resolved: ResolvedExperiment,
+    config: AlgorithmConfig,
     *,
     address: str | None = None,
-    configure: Configure | None = None,
 ) -> Plan:
-    """Checks the experiment against the live cluster Ray is connected to.
+    """Checks the experiment and its RLlib config against the live cluster Ray is
+    connected to, and returns the plan: ``plan.resolved`` and ``plan.config`` are what the
+    run goes on with (with resources.no_gpu: cpu_fallback on a cluster without GPU, new
+    ones with CPU learners; the inputs are never changed).
 
     Raises ExperimentError (exit 2) when a trial can never fit, after waiting up to
-    $WORKBENCH_WAIT_FOR_RESOURCES_S for nodes to join. With resources.no_gpu:
-    cpu_fallback on a cluster without GPU it switches ``resolved`` to CPU learners. On a
-    multi-node cluster it checks that every node imports the project and sees the results
-    storage (a warning, with the reason, where one does not).
+    $WORKBENCH_WAIT_FOR_RESOURCES_S for nodes to join. On a multi-node cluster it checks
+    that every node imports the project and sees the results storage (a warning, with the
+    reason, where one does not).
     """
     deadline = time.monotonic() + float(os.environ.get(WAIT_ENV) or 0)
-    plan = make_plan(resolved, live_cluster(address), configure=configure)
+    plan = make_plan(resolved, live_cluster(address), config=config)
     while not plan.fits and time.monotonic() < deadline:
         print(
             f"workbench: waiting for the cluster to grow ({plan.cluster.describe()}; "
@@ -44,12 +51,9 @@ def preflight(
             file=sys.stderr,
         )
         time.sleep(min(10.0, max(deadline - time.monotonic(), 0.0)))
-        plan = make_plan(resolved, live_cluster(address), configure=configure)
+        plan = make_plan(resolved, live_cluster(address), config=config)
     if not plan.fits:
         raise ExperimentError(plan.problems)
-    if plan.cpu_fallback:
-        fallback = with_resources(resolved, gpus_per_learner=0.0)
-        resolved.experiment = fallback.experiment
     if len(plan.cluster.nodes) > 1:
         plan.warnings += check_nodes(resolved, plan.cluster)
     for warning in plan.warnings:
@@ -64,8 +68,6 @@ def check_nodes(
     """Runs a zero-CPU task on every alive node: can it import the project, and does it
     see the results storage (a file the driver writes there)? Returns warnings; raises
     ExperimentError when a node cannot import the project (its trials would fail)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     storage = resolved.results_dir.parent
     storage.mkdir(parents=True, exist_ok=True)
@@ -73,10 +75,8 @@ def check_nodes(
     marker.write_text("written by the driver of `workbench run` to see which nodes share it\n")
 
     def node_check(path: str) -> dict[str, Any]:
-        import importlib
-        import os as node_os
 
-        out: dict[str, Any] = {"sees_storage": node_os.path.exists(path)}
+        out: dict[str, Any] = {"sees_storage": os.path.exists(path)}
         for module in ("workbench", "sim_ext"):
             try:
                 importlib.import_module(module)

@@ -19,6 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
+from ray._private.accelerators import get_accelerator_manager_for_resource
+from ray._private.utils import get_num_cpus
+
 Resources = dict[str, float]
 
 # Ray counts resources in fixed point with four decimals (0.0001 of a CPU or GPU).
@@ -182,7 +186,6 @@ def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, Any]], source: str) -> C
 
 def live_cluster(address: str | None = None) -> Cluster:
     """The running Ray cluster this process is connected to."""
-    import ray
 
     where = address or os.environ.get("RAY_ADDRESS")
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
@@ -195,9 +198,6 @@ def this_machine() -> Cluster:
     cpus: float = float(os.cpu_count() or 1)
     gpus = 0.0
     try:  # Ray's own detection (cgroup CPU limits, CUDA_VISIBLE_DEVICES, nvidia-smi)
-        from ray._private.accelerators import get_accelerator_manager_for_resource
-        from ray._private.utils import get_num_cpus
-
         cpus = float(get_num_cpus())
         manager = get_accelerator_manager_for_resource("GPU")
         gpus = float(manager.get_current_node_num_accelerators()) if manager else 0.0

@@ -9,8 +9,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
 from workbench.experiment.resolve import ResolvedExperiment
-from workbench.trial.config import algorithm_config, vectorize_mode
+from workbench.trial.config import vectorize_mode
 
 # --- documented rates (rough: they say where sampling cannot keep a learner busy) -----------
 # RLlib's own sampling, one SingleAgentEnvRunner on one core of this machine (2 vCPU Xeon
@@ -145,10 +149,9 @@ def _learner_model(
     return epochs, minibatch, batch, max(int(config.num_learners), 1)
 
 
-def estimate_throughput(resolved: ResolvedExperiment) -> Throughput:
+def estimate_throughput(resolved: ResolvedExperiment, config: AlgorithmConfig) -> Throughput:
     """From the documented rates above (rough; say so wherever it is shown)."""
     res = resolved.experiment.resources
-    config = algorithm_config(resolved)
     mode = vectorize_mode(resolved)
     runners = res.env_runners.count
     cpus = res.env_runners.cpus_each if runners else res.cpus_main
@@ -199,17 +202,17 @@ def _span(low: float, high: float) -> str:
     return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
-def probe_throughput(resolved: ResolvedExperiment, seconds: float = 2.0) -> Throughput:
+def probe_throughput(
+    resolved: ResolvedExperiment, config: AlgorithmConfig, seconds: float = 2.0
+) -> Throughput:
     """Measures here: one env runner's sampling and one learner update of this experiment
     (its env, envs per runner, vectorize mode, model and batch; a GPU learner if this
     machine has CUDA, else CPU), built locally in this process for a few seconds."""
-    import torch
-    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     res = resolved.experiment.resources
     gpu = res.gpus_per_learner > 0 and torch.cuda.is_available()
     config = (
-        algorithm_config(resolved)
+        config.copy(copy_frozen=False)
         .env_runners(num_env_runners=0)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
     )

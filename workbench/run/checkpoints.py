@@ -18,6 +18,7 @@ import logging
 import os
 from typing import Any
 
+from ray.train._internal.storage import _delete_fs_path
 from ray.tune import Callback
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
     def on_checkpoint(
         self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any
     ) -> None:
-        from ray.train._internal.storage import _delete_fs_path
 
         manager = trial.run_metadata.checkpoint_manager
         results = list(manager._checkpoint_results)

@@ -6,26 +6,35 @@ before this module starts Ray."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from ray.tune.utils import flatten_dict
 
+from workbench.analysis.population_plots import render_population_pngs
 from workbench.experiment.resolve import ResolvedExperiment, describe
 from workbench.names import RESOLVED_FILE, trial_name
 from workbench.plan.preflight import preflight
+from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
+from workbench.policy.evaluate import evaluate_checkpoint
+from workbench.policy.locate import log_evaluation
 from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.progress import ProgressTable
 from workbench.run.ray_session import cleanup_leftover_ray, record_ray_session, start_ray
 from workbench.run.results_folder import population_statuses
-from workbench.run.schedulers import SchedulerState, scheduler, search_algorithm
+from workbench.run.scheduler_state import SchedulerState
+from workbench.run.schedulers import scheduler, search_algorithm
 from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
-from workbench.tracking.store import tracking_uri_for
-from workbench.trial.config import algorithm_config, param_space
+from workbench.tracking.store import client_for, tracking_uri_for
+from workbench.trial.config import Configure, build_config, param_space
 from workbench.trial.trainable import seeded_trainable
 
 
@@ -50,8 +59,7 @@ def prepare_results_dir(resolved: ResolvedExperiment) -> None:
 
 
 def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
-    """Where this population's MLflow runs go (see workbench/tracking.py)."""
-    from ray.tune.utils import flatten_dict
+    """Where this population's MLflow runs go (see `workbench.tracking`)."""
 
     exp = resolved.experiment
     storage_root = resolved.results_dir.parent
@@ -74,6 +82,7 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
         },
         hyperparameters={key: name for name, key in resolved.tune_keys.items()},
         time_budget_s=exp.stop.wall_time_s,
+        render_plots=render_population_pngs,
     )
 
 
@@ -90,17 +99,9 @@ class _Session:
 
 
 def _session(
-    resolved: ResolvedExperiment,
-    *,
-    progress_interval_s: float,
-    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None,
+    resolved: ResolvedExperiment, config: AlgorithmConfig, *, progress_interval_s: float
 ) -> _Session:
-    from ray import tune
-
     exp = resolved.experiment
-    config = algorithm_config(resolved)
-    if configure is not None:
-        config = configure(config)
     table = ProgressTable(
         {key: name for name, key in resolved.tune_keys.items()}, interval_s=progress_interval_s
     )
@@ -173,9 +174,6 @@ def _tune_environment() -> None:
 def _fit(tuner: Any) -> tuple[Any, float]:
     """Tuner.fit with SIGTERM treated like Ctrl-C (Kubernetes stops pods with SIGTERM;
     Tune saves its state only on SIGINT/SIGUSR1). Returns the results and the wall time."""
-    import signal
-    import threading
-    import time
 
     previous = None
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
@@ -209,9 +207,6 @@ def _finish(
 def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
     """Rolls out the best trial's last checkpoint (experiment.evaluation) and logs eval/*
     to its MLflow run. Never fails the population: a problem becomes a summary line."""
-    from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
-    from workbench.policy.evaluate import evaluate_checkpoint
-    from workbench.policy.locate import log_evaluation
 
     section = resolved.experiment.evaluation
     best = summary.best
@@ -243,8 +238,6 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
     if run_id is None:
         return
     try:
-        from workbench.tracking.store import client_for
-
         log_evaluation(client_for(session.tracker.target.uri), run_id, summary.evaluation)
     except Exception as err:  # a store that does not answer: the figures are printed
         summary.evaluation_note = (
@@ -252,12 +245,23 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
         )
 
 
+def _checked(
+    resolved: ResolvedExperiment, config: AlgorithmConfig, address: str | None
+) -> tuple[ResolvedExperiment, AlgorithmConfig]:
+    """The pre-flight against the live cluster: the experiment and config to run (the
+    CPU fallback's where the plan fell back), or ExperimentError before anything is
+    written."""
+    plan = preflight(resolved, config, address=address)
+    assert plan.resolved is not None and plan.config is not None
+    return plan.resolved, plan.config
+
+
 def run(
     resolved: ResolvedExperiment,
     *,
     address: str | None = None,
     progress_interval_s: float = 15.0,
-    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+    configure: Configure | None = None,
     dashboard: bool = False,
 ) -> RunSummary:
     """Runs the population to its stop rules and returns what a person wants to know.
@@ -266,14 +270,13 @@ def run(
     custom learner class or callbacks, from Python). ``dashboard`` starts Ray's
     dashboard with a local Ray (ray[default]) and prints its address.
     """
-    from ray import tune
 
     _tune_environment()
     start_ray(address, dashboard=dashboard)
-    preflight(resolved, address=address, configure=configure)
+    resolved, config = _checked(resolved, build_config(resolved, configure), address)
     prepare_results_dir(resolved)
     record_ray_session(resolved.results_dir)
-    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    session = _session(resolved, config, progress_interval_s=progress_interval_s)
     tuner = tune.Tuner(
         session.trainable,
         param_space=session.param_space,
@@ -289,7 +292,7 @@ def resume(
     restart_errored: bool = False,
     address: str | None = None,
     progress_interval_s: float = 15.0,
-    configure: Callable[[AlgorithmConfig], AlgorithmConfig] | None = None,
+    configure: Configure | None = None,
 ) -> RunSummary:
     """Continues a stopped population in its results folder with the same MLflow runs.
 
@@ -297,7 +300,6 @@ def resume(
     callbacks are built fresh from the experiment (Tune would unpickle stale copies),
     and Tune then hands the callbacks their saved state.
     """
-    from ray import tune
 
     _tune_environment()
     killed = cleanup_leftover_ray(resolved.results_dir)
@@ -307,9 +309,9 @@ def resume(
             f"(pids {', '.join(map(str, killed))})"
         )
     start_ray(address)
-    preflight(resolved, address=address, configure=configure)
+    resolved, config = _checked(resolved, build_config(resolved, configure), address)
     record_ray_session(resolved.results_dir)
-    session = _session(resolved, progress_interval_s=progress_interval_s, configure=configure)
+    session = _session(resolved, config, progress_interval_s=progress_interval_s)
     if restart_errored:
         # Not Tune's restart_errored: it re-creates an errored trial from its resolved
         # config, which fails in add_trial's placeholder resolution for any RLlib config

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 from pathlib import Path
 
+import ray
+from ray._private.utils import get_dashboard_dependency_error
+
+from workbench.errors import ExperimentError
 from workbench.names import SESSION_FILE
 
 
 def dashboard_missing() -> str | None:
     """Why Ray's dashboard cannot start here (its packages, ray[default], are missing), or None."""
-    import ray
-    from ray._private.utils import get_dashboard_dependency_error
 
     error = get_dashboard_dependency_error()
     if error is None:
@@ -23,14 +27,11 @@ def dashboard_missing() -> str | None:
 
 
 def start_ray(address: str | None, dashboard: bool = False) -> None:
-    import ray
 
     if ray.is_initialized():
         return
     joining = bool(address or os.environ.get("RAY_ADDRESS"))
     if dashboard and not joining and (missing := dashboard_missing()):
-        from workbench.errors import ExperimentError
-
         raise ExperimentError.single("--dashboard", "", missing)
     if joining:
         context = ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
@@ -56,9 +57,6 @@ def start_ray(address: str | None, dashboard: bool = False) -> None:
 def record_ray_session(results_dir: Path) -> None:
     """Remembers the local Ray this driver started, so that a resume after the driver
     was killed can clean up what it left behind (and nothing else)."""
-    import json
-
-    import ray
 
     node = getattr(ray._private.worker, "_global_node", None)
     if node is None or not getattr(node, "head", False):
@@ -81,10 +79,6 @@ def cleanup_leftover_ray(results_dir: Path) -> list[int]:
     Only processes of the recorded Ray session are touched. Refuses (exit 2) when the
     population's driver is still alive: two drivers would write the same trials.
     """
-    import json
-    import signal
-
-    from workbench.errors import ExperimentError
 
     record = results_dir / SESSION_FILE
     if not record.exists():

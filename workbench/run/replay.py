@@ -7,7 +7,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from workbench.run.schedulers import TIME_ATTR, ResumableScheduler
+from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
 
 
 class ReplayScheduler(ResumableScheduler, FIFOScheduler):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ray.tune import Callback
+from ray.train import Checkpoint
 from ray.tune.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -18,78 +18,16 @@ from ray.tune.schedulers import (
 )
 from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
+from ray.tune.search.optuna import OptunaSearch
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import RETURN_METRIC
-
-TIME_ATTR = "training_iteration"
+from workbench.run.replay import replay_scheduler
+from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
 
 # (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
 LineageListener = Callable[[dict[str, Any]], None]
-
-
-class ResumableScheduler:
-    """Mixin for every workbench scheduler: its state survives `workbench resume`.
-
-    Tune saves the searcher's state and the callbacks' with each experiment snapshot,
-    but not the scheduler's: a restored PBT forgets every trial's score and last
-    checkpoint, ASHA its rungs. `SchedulerState` (a callback) carries this state in
-    the snapshot instead, keyed by trial id, and hands it back on restore.
-
-    It also makes Tune snapshot the experiment after every trial checkpoint (Tune
-    does that only with num_to_keep, which the workbench cannot use: see
-    checkpoints.py), so that a resume never starts a trial from an older checkpoint
-    than its last one.
-
-    And it keeps the hyperparameters PBT, PB2 and replay gave a trial: Tune's restore
-    re-adds each trial with the config it was created with (``add_trial`` resolves the
-    config's placeholders from the trial's original, unresolved copy, which
-    ``Trial.set_config`` never updates), so without this a resumed trial would go on
-    from its checkpoint with its pre-exploit values. The snapshot carries each
-    trial's plain top-level values; on restore they go back over the reset.
-    """
-
-    _restored: dict[str, Any] | None = None
-    # Trial ids that `workbench resume --restart-errored` starts again from scratch.
-    restart_from_scratch: frozenset[str] | set[str] = frozenset()
-
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
-        if trial.trial_id in self.restart_from_scratch:
-            # Resumed without a checkpoint to restore: Tune starts it afresh.
-            trial.run_metadata.checkpoint_manager._latest_checkpoint_result = None
-            trial._restore_checkpoint_result = None
-        super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
-        self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
-        manager = getattr(tune_controller, "_checkpoint_manager", None)
-        if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
-            manager._sync_every_n_trial_checkpoints = 1
-        if self._restored is not None:
-            self._restore_config(trial)
-            self._apply_trial_state(trial)
-
-    def workbench_state(self) -> dict[str, Any]:
-        trials: dict[str, Any] = self.__dict__.get("_added", {})
-        configs = {
-            trial_id: {k: v for k, v in trial.config.items() if _plain(v)}
-            for trial_id, trial in trials.items()
-        }
-        return {"configs": configs} if configs else {}
-
-    def _restore_config(self, trial: Any) -> None:
-        saved = (self._restored or {}).get("configs", {}).get(trial.trial_id)
-        if saved:
-            trial.config.update(saved)
-
-    def restore_workbench_state(self, state: dict[str, Any]) -> None:
-        self._restored = state
-
-    def _apply_trial_state(self, trial: Any) -> None:
-        pass
-
-
-def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, bool | int | float | str)
 
 
 class ExploitRecorder:
@@ -188,7 +126,6 @@ class ResumablePBT(ResumableScheduler):
     )
 
     def workbench_state(self) -> dict[str, Any]:
-        from ray.train import Checkpoint
 
         trials = {}
         for trial, state in self._trial_state.items():
@@ -251,24 +188,6 @@ class WorkbenchFIFO(ResumableScheduler, FIFOScheduler):  # type: ignore[misc]
         super().__init__()  # type: ignore[no-untyped-call]
 
 
-class SchedulerState(Callback):  # type: ignore[misc]
-    """Carries the scheduler's state in Tune's experiment snapshots (see
-    ResumableScheduler)."""
-
-    def __init__(self, scheduler: TrialScheduler) -> None:
-        self.scheduler = scheduler
-
-    def get_state(self) -> dict[str, Any] | None:
-        state: dict[str, Any] = getattr(self.scheduler, "workbench_state", dict)()
-        return {"scheduler": type(self.scheduler).__name__, **state} if state else None
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        if state.get("scheduler") == type(self.scheduler).__name__:
-            restore = getattr(self.scheduler, "restore_workbench_state", None)
-            if restore is not None:
-                restore(state)
-
-
 def _clamped(config: dict[str, Any], space: dict[str, ParamSpec]) -> dict[str, Any]:
     return clamp_config(config, space)
 
@@ -317,8 +236,6 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         pb2._hyperparam_keys = tuple(space)
         return pb2
     if section.type == "replay":
-        from workbench.run.replay import replay_scheduler
-
         return replay_scheduler(resolved)
     if section.type == "asha":
         return WorkbenchASHA(
@@ -337,8 +254,6 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
     exp = resolved.experiment
     seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
-
         searcher: Searcher = OptunaSearch(metric=RETURN_METRIC, mode="max", seed=seed)
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)

@@ -33,7 +33,21 @@ from typing import Any
 
 from ray.tune import Callback
 
-from workbench.names import LINEAGE_FILE, PARENT, ROLE_TAG, SPOOL_FILE, STEP_METRIC, trial_name
+from workbench.names import (
+    ERROR_TAG,
+    FAILURES_TAG,
+    LAST_FAILURE_TAG,
+    LINEAGE_FILE,
+    PARENT,
+    RESOLVED_FILE,
+    RESULTS_DIR_TAG,
+    ROLE_TAG,
+    SPOOL_FILE,
+    STEP_METRIC,
+    STOPPED_BY_TAG,
+    TRIAL_ID_TAG,
+    trial_name,
+)
 from workbench.tracking.metrics import _param, hp_metric, metric_filter, numeric_metrics
 from workbench.tracking.writer import (
     Artifact,
@@ -46,6 +60,8 @@ from workbench.tracking.writer import (
     op_from_json,
     op_to_json,
 )
+
+PlotRenderer = Callable[[Any, dict[str, str], Path], list[Path]]
 
 
 @dataclass
@@ -63,6 +79,10 @@ class TrackingTarget:
     parent_params: dict[str, str] = field(default_factory=dict)
     hyperparameters: dict[str, str] = field(default_factory=dict)  # tune key -> public name
     time_budget_s: float | None = None  # stop.wall_time_s: ending there is finishing
+    # Renders the population's PNGs from the store at the end (client, run ids by
+    # handle, results folder) -> files to attach to the parent run. Handed in by the
+    # launcher: the plots are analysis, which reads what tracking writes.
+    render_plots: PlotRenderer | None = None
 
 
 class MlflowTracker(Callback):  # type: ignore[misc]
@@ -171,7 +191,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 parent=None,
                 tags={
                     ROLE_TAG: "population",
-                    "workbench.results_dir": str(self.target.results_dir),
+                    RESULTS_DIR_TAG: str(self.target.results_dir),
                 },
                 params=self.target.parent_params,
             )
@@ -200,7 +220,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 name=name,
                 key=f"{self.target.key}::{handle}",
                 parent=PARENT,
-                tags={ROLE_TAG: "trial", "workbench.trial_id": handle},
+                tags={ROLE_TAG: "trial", TRIAL_ID_TAG: handle},
                 params=params,
             )
         )
@@ -272,10 +292,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         """A failure Tune retries (failure.max_failures): counted and described on the
         run, which goes on (the retry's results continue its steps)."""
-        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.last_failure")))
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, LAST_FAILURE_TAG)))
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, "workbench.error")))
+        self.writer.put(Tags(trial.trial_id, _failure_tags(trial, ERROR_TAG)))
         self._end(trial, "FAILED")
 
     def _end(self, trial: Any, status: str) -> None:
@@ -300,7 +320,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             status = "FINISHED" if by_rule else "KILLED"
             self._ended.add(handle)
             if by_rule:
-                self.writer.put(Tags(handle, {"workbench.stopped_by": by_rule}))
+                self.writer.put(Tags(handle, {STOPPED_BY_TAG: by_rule}))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
         never_started = any(t.trial_id not in self._opened for t in trials)
         interrupted = not by_rule and (bool(unfinished) or never_started)
@@ -342,14 +362,14 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     def _population_artifacts(self) -> list[Path]:
         """The experiment file and the PNGs, rendered from what the store now holds."""
         out: list[Path] = []
-        resolved = self.target.results_dir / "workbench_experiment.yaml"
+        resolved = self.target.results_dir / RESOLVED_FILE
         if resolved.exists():
             out.append(resolved)
+        if self.target.render_plots is None:
+            return out
         try:
-            from workbench.analysis.population_plots import render_population_pngs
-
             out.extend(
-                render_population_pngs(
+                self.target.render_plots(
                     self.writer.client(), self.writer.run_ids(), self.target.results_dir
                 )
             )
@@ -360,7 +380,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
 def _failure_tags(trial: Any, text_tag: str) -> dict[str, str]:
     """How often the trial has failed, and its error text under `text_tag`."""
-    tags = {"workbench.failures": str(int(getattr(trial, "num_failures", 0) or 0))}
+    tags = {FAILURES_TAG: str(int(getattr(trial, "num_failures", 0) or 0))}
     text = _error_text(trial)
     if text:
         tags[text_tag] = text

@@ -16,14 +16,14 @@ from workbench.names import STORE_FILE
 
 def default_tracking_uri(storage_root: Path) -> str:
     """MLflow's own default backend, sqlite, in the storage folder next to the results."""
-    return f"sqlite:///{(storage_root / 'mlflow.db').resolve()}"
+    return f"sqlite:///{(storage_root / STORE_FILE).resolve()}"
 
 
 def tracking_uri_for(uri: str | None, storage_root: Path) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(storage_root)
 
 
-DEFAULT_STORE = Path("results") / "mlflow.db"
+DEFAULT_STORE = Path("results") / STORE_FILE
 
 
 ENV_VAR = "MLFLOW_TRACKING_URI"

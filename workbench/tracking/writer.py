@@ -17,7 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.names import KEY_TAG, PARENT, STEP_METRIC
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from workbench.names import CLONED_FROM_TAG, KEY_TAG, LAST_EXPLOIT_TAG, PARENT, STEP_METRIC
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +97,6 @@ class StoreUnavailable(Exception):
 
 def _is_permanent(err: Exception) -> bool:
     """A request the store understood and refused: retrying cannot help."""
-    from mlflow.exceptions import MlflowException
 
     if not isinstance(err, MlflowException):
         return False
@@ -252,8 +255,6 @@ class StoreWriter:
 
     def client(self) -> Any:
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
             # The writer retries with its own back-off; MLflow's HTTP client would
             # otherwise retry for minutes inside one call.
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
@@ -358,7 +359,6 @@ class StoreWriter:
             client.log_artifact(self.runs[op.handle], op.path, op.folder)
 
     def _open(self, op: OpenRun) -> None:
-        from mlflow.entities import Param
 
         client = self.client()
         if op.handle in self.runs:
@@ -403,7 +403,6 @@ class StoreWriter:
         succeeded: when a call fails, ``err.written`` lists the ops already in the
         store, so a retry writes the others and nothing twice.
         """
-        from mlflow.entities import Metric
 
         by_run: dict[str, list[Result | Tags]] = {}
         for op in ops:
@@ -446,7 +445,6 @@ class StoreWriter:
     def _send(self, handle: str, metrics: list[Any], tags: dict[str, str], step: int) -> None:
         """One log_batch (more only for a single op over MLflow's limits); then the run's
         steps up to ``step`` are in the store."""
-        from mlflow.entities import RunTag
 
         tag_items = [RunTag(k, v[:8000]) for k, v in tags.items()]
         calls = max(len(metrics), len(tag_items), 1)
@@ -467,13 +465,11 @@ class StoreWriter:
                 f.write(json.dumps(record, default=str) + "\n")
             self._lineage_dirty = True
         if op.target in self.runs:
-            from mlflow.entities import RunTag
-
             self.client().log_batch(
                 self.runs[op.target],
                 tags=[
-                    RunTag("workbench.cloned_from", str(record.get("source_name", ""))),
-                    RunTag("workbench.last_exploit", json.dumps(record, default=str)[:8000]),
+                    RunTag(CLONED_FROM_TAG, str(record.get("source_name", ""))),
+                    RunTag(LAST_EXPLOIT_TAG, json.dumps(record, default=str)[:8000]),
                 ],
             )
 

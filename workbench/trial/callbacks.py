@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.learner.learner import Learner
 from ray.tune.utils import flatten_dict
@@ -32,7 +34,6 @@ def reset_optimizer_lr(learner: Learner) -> dict[str, float]:
 
 
 def set_torch_threads(threads: int) -> int:
-    import torch
 
     torch.set_num_threads(threads)
     return torch.get_num_threads()
@@ -42,7 +43,6 @@ def tracked_values(metrics: Any) -> dict[str, float]:
     """The timers and counters `time_split.iteration_split` needs from before an iteration,
     read from an Algorithm's MetricsLogger (empty in a new trial; a checkpoint's after a
     restore, since RLlib checkpoints its metrics)."""
-    import math
 
     flat = {
         key: metrics.peek(tuple(key.split("/")), default=math.nan) for key in time_split.TRACKED

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
+import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.experiment.defaults import Defaults
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.trial.callbacks import callbacks_class
+from workbench.trial.fast_runner import FastEnvRunner
+
+# Adjusts the RLlib config beyond what experiment files say (from Python).
+Configure = Callable[[AlgorithmConfig], AlgorithmConfig]
 
 SIM_EXT_PREFIX = "sim_ext/"
 SEED_KEY = "seed"
@@ -23,9 +30,6 @@ def make_env(env_id: str, env_config: dict[str, Any]) -> Any:
     (gym_env_vectorize_mode="vector_entry_point"). sim_ext's native vector env steps
     all of them in one C++ call; other Gymnasium ids get Gymnasium's own classes.
     """
-    import gymnasium as gym
-
-    import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
 
     config = dict(env_config)
     num_envs = config.pop("num_envs", None)
@@ -52,14 +56,42 @@ def vectorize_mode(resolved: ResolvedExperiment) -> str:
 
 
 def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
+    """The RLlib config of every trial of this experiment (before Tune samples it)."""
     exp = resolved.experiment
-    res = exp.resources
     config = (
         config_class(exp.algorithm)()
         .environment(env=register_env(exp.env.id), env_config=dict(exp.env.config))
-        # The trial's placement group is RLlib's default_resource_request of these
-        # settings (workbench/resources.py reads it back for `plan` and the pre-flight).
-        .env_runners(
+        .training(**exp.training)
+        .reporting(**exp.reporting.model_dump(exclude_none=True))
+        .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
+        .debugging(seed=exp.seed)
+    )
+    apply_resources(config, resolved)
+    apply_defaults(config, resolved.defaults)
+    if exp.env_runner == "fast" or (
+        exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
+    ):
+        config.env_runners(env_runner_cls=FastEnvRunner)
+    return config
+
+
+def build_config(
+    resolved: ResolvedExperiment, configure: Configure | None = None
+) -> AlgorithmConfig:
+    """The config a run hands to its plan, its pre-flight and Tune: built once, with the
+    caller's ``configure`` (a custom learner class or callbacks, from Python) applied once."""
+    config = algorithm_config(resolved)
+    return configure(config) if configure is not None else config
+
+
+def apply_resources(config: AlgorithmConfig, resolved: ResolvedExperiment) -> AlgorithmConfig:
+    """The experiment's resources section as RLlib settings (in place).
+
+    The trial's placement group is RLlib's default_resource_request of these settings
+    (`workbench.plan.resources` reads it back for `plan` and the pre-flight)."""
+    res = resolved.experiment.resources
+    return (
+        config.env_runners(
             num_env_runners=res.env_runners.count,
             num_envs_per_env_runner=res.env_runners.envs_per_runner,
             num_cpus_per_env_runner=res.env_runners.cpus_each,  # type: ignore[arg-type]  # fractions ok
@@ -74,19 +106,13 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
             num_gpus_per_learner=res.gpus_per_learner,
             num_cpus_per_learner=res.cpus_per_learner,
         )
-        .training(**exp.training)
-        .reporting(**exp.reporting.model_dump(exclude_none=True))
-        .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
-        .debugging(seed=exp.seed)
     )
-    apply_defaults(config, resolved.defaults)
-    if exp.env_runner == "fast" or (
-        exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
-    ):
-        from workbench.trial.fast_runner import FastEnvRunner
 
-        config.env_runners(env_runner_cls=FastEnvRunner)
-    return config
+
+def with_resources_of(config: AlgorithmConfig, resolved: ResolvedExperiment) -> AlgorithmConfig:
+    """A copy of ``config`` with the resources of ``resolved`` (a what-if of the plan, or
+    the CPU fallback): everything else, a caller's learner class included, unchanged."""
+    return apply_resources(config.copy(copy_frozen=False), resolved)
 
 
 def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConfig:

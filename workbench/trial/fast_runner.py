@@ -40,8 +40,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.env.single_agent_episode import _REWARDS_BOX_SPACE, SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -162,7 +164,6 @@ def _sample_categorical(logits: Any) -> tuple[Any, Any]:
     """TorchCategorical(logits).sample() and .logp(sample), the same operations torch's
     Categorical performs (so the same random draws and values), without building and
     validating a distribution object at every step."""
-    import torch
 
     normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = torch.softmax(normalized, dim=-1)
@@ -208,8 +209,6 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         self._obs_now: np.ndarray | None = None
         self._categorical = False
         if self.module is not None:
-            from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
-
             self._categorical = self.module.get_exploration_action_dist_cls() is TorchCategorical
         if self.env is not None:
             obs_space = self.env.single_observation_space
@@ -266,7 +265,6 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
 
     def _actions(self, obs: np.ndarray, explore: bool, t: int) -> tuple[Any, dict[str, Any]]:
         """One batched forward pass and GetActions' work on the whole batch."""
-        import torch
 
         batch = {Columns.OBS: torch.from_numpy(obs).to(self._device)}
         # forward_exploration/forward_inference without their per-call switch to eval

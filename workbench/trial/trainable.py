@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from ray.tune.result import TRIAL_INFO
+
 
 def trial_seed(base_seed: int, trial_id: str) -> int:
     """A trial's seed from the experiment seed and the trial's index in the run.
@@ -39,7 +41,6 @@ _RESET_KEEPS = (
 def seeded_trainable(algo_class: type) -> type:
     """The algorithm class with a per-trial seed set before RLlib builds anything, and
     a ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``)."""
-    from ray.tune.result import TRIAL_INFO
 
     class Seeded(algo_class):  # type: ignore[misc,valid-type]
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
