@@ -29,7 +29,6 @@ from workbench.experiment.schema import (
     PbtSection,
     ReplaySection,
     load_experiment,
-    read_yaml,
 )
 from workbench.experiment.search_space import (
     KINDS,
@@ -38,6 +37,7 @@ from workbench.experiment.search_space import (
     parse_search_space,
     search_space_dirs,
 )
+from workbench.experiment.yaml_input import read_yaml
 
 # Files Tune writes into an experiment folder; their presence means a run already used it.
 _EXPERIMENT_MARKERS = ("tuner.pkl", "experiment_state-*.json", "workbench_experiment.yaml")
