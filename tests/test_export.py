@@ -1,5 +1,5 @@
 """`workbench export-policy`: the exported files act as the RLlib module does, and load
-with plain torch (the README's example runs as written, without Ray)."""
+with plain torch (the example of docs/evaluate-export.md runs as written, without Ray)."""
 
 from __future__ import annotations
 
@@ -84,21 +84,22 @@ def test_the_spec_describes_the_env_and_its_spaces(exported: Path) -> None:
         }
 
 
-def _readme_example() -> str:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+def _documented_example() -> str:
+    """The Python example of docs/evaluate-export.md that loads an exported policy."""
+    page = (ROOT / "docs" / "evaluate-export.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
     return next(b for b in blocks if "torch.export.load" in b)
 
 
-def test_the_readme_example_runs_without_ray(
+def test_the_documented_example_runs_without_ray(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     checkpoint = learner_group_checkpoint(
-        tmp_path_factory.mktemp("readme"), "PPO", "sim_ext/CartPole-v1"
+        tmp_path_factory.mktemp("docs"), "PPO", "sim_ext/CartPole-v1"
     )
     work = tmp_path_factory.mktemp("work")
     assert main(["export-policy", str(checkpoint), "-o", str(work / "policy")]) == 0
-    code = _readme_example() + (
+    code = _documented_example() + (
         "\nimport sys\n"
         "assert not [m for m in sys.modules if m == 'ray' or m.startswith('ray.')]\n"
         "print('mean return', total.mean())\n"

@@ -1,5 +1,5 @@
-"""The README's "add your own simulator" example compiles and works as promised:
-its header plus the one registration line make a Gymnasium environment."""
+"""The "add your own simulator" example of docs/simulators.md compiles and works as
+promised: its header plus the one registration line make a Gymnasium environment."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from gymnasium.utils.env_checker import check_env
 
 from sim_ext.envs import SimEnv, SimVectorEnv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "simulators.md"
 
 
-def _readme_blocks() -> tuple[str, str]:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```cpp\n(.*?)```", readme, flags=re.S)
+def _example_blocks() -> tuple[str, str]:
+    """The example's header and its registration line, as the page shows them."""
+    blocks = re.findall(r"```cpp\n(.*?)```", PAGE.read_text(), flags=re.S)
     header = next(b for b in blocks if b.startswith("// sim_ext/csrc/envs/pointmass.h"))
     line = next(b for b in blocks if "bind_env<sim_ext::PointMass>" in b).strip()
     return header, line
@@ -30,7 +31,7 @@ def _readme_blocks() -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def pointmass_module(tmp_path_factory: pytest.TempPathFactory) -> object:
-    header, registration = _readme_blocks()
+    header, registration = _example_blocks()
     build = tmp_path_factory.mktemp("pointmass")
     (build / "envs").mkdir()
     (build / "envs" / "pointmass.h").write_text(header)
