@@ -39,16 +39,15 @@ def pbt_population(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     used, tracked in an sqlite MLflow store.
     """
     import ray
-    import yaml
 
-    import tests.probes as probes
+    import tests.support.probes as probes
+    from tests.support.experiments import PBT_POPULATION, write_experiment
     from workbench.experiment.resolve import load_and_resolve
     from workbench.run.launch import run
 
     root = tmp_path_factory.mktemp("pbt_population")
-    path = root / "pbt.yaml"
-    path.write_text(yaml.safe_dump({**PBT_POPULATION, "storage": str(root / "results")}))
-    resolved = load_and_resolve(path)
+    data = {**PBT_POPULATION, "storage": str(root / "results")}
+    resolved = load_and_resolve(write_experiment(root / "pbt.yaml", data, sort_keys=True))
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -63,32 +62,3 @@ def pbt_population(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
         if started:
             ray.shutdown()
     return SimpleNamespace(root=root, resolved=resolved, summary=summary)
-
-
-PBT_BOUNDS = {"lr": (1e-5, 1e-2), "clip_param": (0.1, 0.4), "entropy_coeff": (0.0, 0.02)}
-PBT_POPULATION = {
-    "name": "pbt",
-    "algorithm": "PPO",
-    "env": {"id": "sim_ext/CartPole-v1"},
-    "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2},
-    "search_space": {
-        "params": {
-            "lr": {"loguniform": list(PBT_BOUNDS["lr"])},
-            "clip_param": {"uniform": list(PBT_BOUNDS["clip_param"])},
-            "entropy_coeff": {"uniform": list(PBT_BOUNDS["entropy_coeff"])},
-        }
-    },
-    "scheduler": {
-        "type": "pbt",
-        "perturbation_interval": 2,
-        "quantile_fraction": 0.5,
-        "resample_probability": 0.5,
-        "synch": True,
-    },
-    "population": 4,
-    "stop": {"iterations": 6},
-    "checkpoint": {"frequency": 1, "keep": 3},
-    "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
-    # The end-of-run evaluation is tests/test_evaluate.py's subject.
-    "evaluation": {"at_end": "none"},
-}

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.support.experiments import tiny_ppo, write_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -15,23 +16,17 @@ WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 
 def test_run_prints_the_summary_then_refuses_to_overwrite(tmp_path: Path) -> None:
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text(
-        yaml.safe_dump(
-            {
-                "name": "tiny",
-                "algorithm": "PPO",
-                "env": {"id": "sim_ext/CartPole-v1"},
-                "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128},
-                "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
-                "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
-                "population": 2,
-                "stop": {"iterations": 4},
-                "checkpoint": {"frequency": 2},
-                "storage": str(tmp_path / "results"),
-            }
-        )
+    data = tiny_ppo(
+        tmp_path,
+        name="tiny",
+        training={"train_batch_size_per_learner": 256, "minibatch_size": 128},
+        search_space={"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
+        scheduler={"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
+        population=2,
+        stop={"iterations": 4},
+        checkpoint={"frequency": 2},
     )
+    experiment = write_experiment(tmp_path / "tiny.yaml", data, sort_keys=True)
     done = subprocess.run(
         [WORKBENCH, "run", str(experiment), "--set", "stop.iterations=3"],
         capture_output=True,

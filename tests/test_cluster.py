@@ -23,10 +23,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+
+from tests.support.experiments import tiny_ppo, write_experiment
 
 pytestmark = pytest.mark.slow
 
@@ -188,28 +188,24 @@ def two_nodes() -> Iterator[TwoNodes]:
 
 
 def _experiment(tmp_path: Path) -> Path:
-    data: dict[str, Any] = {
-        "name": "two_nodes",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
-        "population": 2,
-        "stop": {"iterations": 2},
-        "checkpoint": {"frequency": 1, "keep": 3},
-        "tracking": {"enabled": False},
+    data = tiny_ppo(
+        tmp_path,
+        name="two_nodes",
+        training={"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
+        population=2,
+        stop={"iterations": 2},
+        checkpoint={"frequency": 1, "keep": 3},
+        tracking={"enabled": False},
         # Bundles: the main process CPU 0.5 and two runners of CPU 1. SPREAD puts the
         # largest bundles on different nodes first: one runner on each.
-        "resources": {
+        resources={
             "cpus_main": 0.5,
             "cpus_per_learner": 0.5,
             "env_runners": {"count": 2, "cpus_each": 1, "envs_per_runner": 4},
             "placement_strategy": "SPREAD",
         },
-        "storage": str(tmp_path / "results"),
-    }
-    path = tmp_path / "two_nodes.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    )
+    return write_experiment(tmp_path / "two_nodes.yaml", data)
 
 
 def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
@@ -292,24 +288,21 @@ def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
     the trials it held fail and are retried from their checkpoints on the head."""
     from mlflow.tracking import MlflowClient
 
-    data: dict[str, Any] = {
-        "name": "drill",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
+    data = tiny_ppo(
+        tmp_path,
+        name="drill",
         # Iterations of about a second: the kill comes while both trials train.
-        "training": {"train_batch_size_per_learner": 1000, "minibatch_size": 128, "num_epochs": 2},
-        "scheduler": {"type": "fifo"},
-        "population": 2,
-        "stop": {"iterations": 20},
-        "checkpoint": {"frequency": 1, "keep": 3},
-        "failure": {"max_failures": 3},
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 128, "num_epochs": 2},
+        scheduler={"type": "fifo"},
+        population=2,
+        stop={"iterations": 20},
+        checkpoint={"frequency": 1, "keep": 3},
+        failure={"max_failures": 3},
         # 1.5 CPUs a trial: the head (2 CPUs) holds one, so while both run at once
         # at least one is on the worker node (3 CPUs).
-        "resources": {"cpus_main": 1.5, "cpus_per_learner": 1.5},
-        "storage": str(tmp_path / "results"),
-    }
-    file = tmp_path / "drill.yaml"
-    file.write_text(yaml.safe_dump(data, sort_keys=False))
+        resources={"cpus_main": 1.5, "cpus_per_learner": 1.5},
+    )
+    file = write_experiment(tmp_path / "drill.yaml", data)
     results = tmp_path / "results" / "drill"
     log = tmp_path / "drill.log"
     with log.open("w") as sink:

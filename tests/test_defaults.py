@@ -16,7 +16,8 @@ import pytest
 import torch
 import yaml
 
-from tests.test_schema import experiment, problem_about, rejected, write_yaml
+from tests.support.bad_files import problem_about, rejected
+from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.experiment.defaults import SMALL_ENV_MODEL, choose
 from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import algorithm_config
@@ -71,8 +72,8 @@ def test_auto_keeps_rllibs_defaults_for_continuous_actions(tmp_path: Path) -> No
     defaults = chosen(discrete_actions=False)
     assert defaults.name == "rllib" and "continuous actions" in defaults.reason
     assert chosen(discrete_actions=False, wanted="small_env").name == "small_env"
-    data = experiment(tmp_path, env={"id": "sim_ext/Pendulum-v1"})
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    data = tiny_ppo(tmp_path, env={"id": "sim_ext/Pendulum-v1"})
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     assert resolved.defaults.name == "rllib"
 
 
@@ -99,8 +100,8 @@ def test_rllib_asked_for_is_rllib_even_where_small_env_fits() -> None:
 
 
 def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Path) -> None:
-    data = experiment(tmp_path, training={"train_batch_size_per_learner": 2000})
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    data = tiny_ppo(tmp_path, training={"train_batch_size_per_learner": 2000})
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     config = algorithm_config(resolved)
     assert config.model_config["fcnet_hiddens"] == [64, 64]
     assert config.model_config["fcnet_activation"] == "tanh"
@@ -108,8 +109,8 @@ def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Pa
     assert config.minibatch_size == 500
     assert config.callbacks_class.torch_threads == 1  # type: ignore[attr-defined]
 
-    data = experiment(tmp_path, defaults="rllib", training={"train_batch_size_per_learner": 2000})
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    data = tiny_ppo(tmp_path, defaults="rllib", training={"train_batch_size_per_learner": 2000})
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     config = algorithm_config(resolved)
     default = type(config)()
     assert config.model_config == default.model_config  # RLlib's 256x256
@@ -118,12 +119,12 @@ def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Pa
 
 
 def test_a_built_trial_has_the_small_network_and_one_torch_thread(tmp_path: Path) -> None:
-    data = experiment(
+    data = tiny_ppo(
         tmp_path,
         training={"train_batch_size_per_learner": 256},
         resources={"env_runners": {"count": 0, "envs_per_runner": 4}},
     )
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     algo = algorithm_config(resolved).build_algo()
@@ -148,8 +149,8 @@ def test_the_saved_experiment_pins_the_chosen_defaults(tmp_path: Path) -> None:
     from workbench.names import RESOLVED_FILE
     from workbench.run.launch import prepare_results_dir
 
-    data = experiment(tmp_path, model={"fcnet_hiddens": [32, 32]})
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    data = tiny_ppo(tmp_path, model={"fcnet_hiddens": [32, 32]})
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     prepare_results_dir(resolved)
     saved = yaml.safe_load((resolved.results_dir / RESOLVED_FILE).read_text())
     assert saved["defaults"] == "small_env"
@@ -162,24 +163,24 @@ def test_the_saved_experiment_pins_the_chosen_defaults(tmp_path: Path) -> None:
 def test_a_misspelt_model_field_is_refused_with_the_field_and_the_valid_ones(
     tmp_path: Path,
 ) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path, model={"fcnet_hidens": [64]}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, model={"fcnet_hidens": [64]}))
     err = rejected(path)
     problem_about(err, path, "model.fcnet_hidens", "did you mean 'fcnet_hiddens'", "valid:")
 
 
 def test_layer_sizes_that_are_not_positive_integers_are_refused(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path, model={"fcnet_hiddens": "64x64"}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, model={"fcnet_hiddens": "64x64"}))
     problem_about(rejected(path), path, "model.fcnet_hiddens", "'64x64'", "[64, 64]")
 
 
 def test_small_env_asked_for_an_algorithm_it_does_not_fit_is_refused(tmp_path: Path) -> None:
-    data = experiment(tmp_path, algorithm="DQN", defaults="small_env")
-    path = write_yaml(tmp_path, data)
+    data = tiny_ppo(tmp_path, algorithm="DQN", defaults="small_env")
+    path = write_experiment(tmp_path, data)
     problem_about(rejected(path), path, "defaults", "not DQN's", "'auto' or 'rllib'")
 
 
 def test_an_unknown_defaults_value_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path, defaults="tiny"))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, defaults="tiny"))
     problem_about(rejected(path), path, "defaults", "'tiny'", "small_env")
 
 
@@ -192,7 +193,7 @@ def test_a_results_folder_from_before_the_defaults_field_resumes_on_rllibs(
     from workbench.names import RESOLVED_FILE
     from workbench.run.launch import prepare_results_dir
 
-    resolved = load_and_resolve(write_yaml(tmp_path, experiment(tmp_path)), check_results=False)
+    resolved = load_and_resolve(write_experiment(tmp_path, tiny_ppo(tmp_path)), check_results=False)
     prepare_results_dir(resolved)
     saved = resolved.results_dir / RESOLVED_FILE
     assert load_saved(saved).defaults.name == "small_env"  # written now: pinned

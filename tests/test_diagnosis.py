@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from ray.rllib.algorithms.appo import APPOConfig
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.utils.metrics.stats.ema import EmaStats
 
-from tests.test_tracking import FakeTrial as TuneTrial
+from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.trials import FakeTrial as TuneTrial
 from workbench.analysis.diagnosis import diagnose
 from workbench.cli import main
 from workbench.trial import time_split
@@ -443,19 +443,13 @@ def test_run_dashboard_without_its_packages_says_how_to_get_them(
     missing = dashboard_missing()
     if missing is None:
         pytest.skip("ray[default] is installed here: the dashboard would start")
-    experiment = tmp_path / "x.yaml"
-    experiment.write_text(
-        yaml.safe_dump(
-            {
-                "name": "x",
-                "algorithm": "PPO",
-                "env": {"id": "sim_ext/CartPole-v1"},
-                "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
-                "stop": {"iterations": 1},
-                "storage": str(tmp_path / "results"),
-            }
-        )
+    data = tiny_ppo(
+        tmp_path,
+        name="x",
+        search_space={"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
+        stop={"iterations": 1},
     )
+    experiment = write_experiment(tmp_path / "x.yaml", data, sort_keys=True)
     assert main(["run", str(experiment), "--dashboard"]) == 2
     err = capsys.readouterr().err
     assert "--dashboard: Ray's dashboard needs the packages of ray[default]" in err
@@ -467,10 +461,9 @@ def test_run_dashboard_without_its_packages_says_how_to_get_them(
 
 
 def _tiny(tmp_path: Path, **fields: Any) -> Path:
-    data = {
+    """One trial of 1000 env steps an iteration, sampled in the main process."""
+    trial = {
         "name": "diag",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
         "training": {"train_batch_size_per_learner": 1000, "minibatch_size": 1000},
         "search_space": {"params": {"lr": {"loguniform": [1e-4, 1e-3]}}},
         "scheduler": {"type": "fifo"},
@@ -483,12 +476,9 @@ def _tiny(tmp_path: Path, **fields: Any) -> Path:
             "cpus_per_learner": 1,
             "env_runners": {"count": 0, "envs_per_runner": 16},
         },
-        "storage": str(tmp_path / "results"),
-        **fields,
     }
-    path = tmp_path / "diag.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    data = tiny_ppo(tmp_path, **{**trial, **fields})
+    return write_experiment(tmp_path / "diag.yaml", data, sort_keys=True)
 
 
 @pytest.mark.slow

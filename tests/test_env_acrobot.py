@@ -7,7 +7,7 @@ import pytest
 from gymnasium.envs.classic_control.acrobot import AcrobotEnv, rk4
 
 from sim_ext import AcrobotVectorEnv
-from tests.alignment import align
+from tests.support.alignment import align
 
 
 def _set_state(ref: AcrobotEnv, state: np.ndarray) -> None:

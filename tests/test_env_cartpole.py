@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from tests.alignment import align
+from tests.support.alignment import align
 
 
 def _set_state(ref: CartPoleEnv, state: np.ndarray) -> None:

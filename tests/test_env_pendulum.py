@@ -6,7 +6,7 @@ import numpy as np
 from gymnasium.envs.classic_control.pendulum import PendulumEnv
 
 from sim_ext import PendulumVectorEnv
-from tests.alignment import align
+from tests.support.alignment import align
 
 # Rewards are float32 in sim_ext and float64 in Gymnasium: |reward| <= 16.27,
 # where half a float32 ulp is 9.5e-7 (measured worst case 9.5e-7).

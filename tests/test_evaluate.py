@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import ray
 import torch
-import yaml
 
-from tests.policies import learner_group_checkpoint, rllib_actor
+from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.policies import learner_group_checkpoint, rllib_actor
 from workbench.cli import main
 from workbench.errors import ExperimentError
 from workbench.policy.checkpoint import find_checkpoint, read_checkpoint
@@ -177,30 +177,23 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     from workbench.experiment.resolve import load_and_resolve
     from workbench.run.launch import run
 
-    path = tmp_path / "experiment.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "evaluated",
-                "algorithm": "PPO",
-                "env": {"id": "sim_ext/CartPole-v1"},
-                "training": {
-                    "train_batch_size_per_learner": 512,
-                    "minibatch_size": 128,
-                    "num_epochs": 4,
-                    "lr": 3e-3,
-                },
-                "population": 1,
-                "stop": {"iterations": 4},
-                "checkpoint": {"frequency": 2},
-                "resources": {"env_runners": {"envs_per_runner": 8}},
-                "evaluation": {"episodes": 5},
-                "storage": str(tmp_path / "results"),
-                "seed": 4,
-            }
-        )
+    data = tiny_ppo(
+        tmp_path,
+        name="evaluated",
+        training={
+            "train_batch_size_per_learner": 512,
+            "minibatch_size": 128,
+            "num_epochs": 4,
+            "lr": 3e-3,
+        },
+        population=1,
+        stop={"iterations": 4},
+        checkpoint={"frequency": 2},
+        resources={"env_runners": {"envs_per_runner": 8}},
+        evaluation={"episodes": 5},
+        seed=4,
     )
-    resolved = load_and_resolve(path)
+    resolved = load_and_resolve(write_experiment(tmp_path, data, sort_keys=True))
     summary = run(resolved, progress_interval_s=1e9)
     assert summary.errors == 0 and summary.best is not None
     evaluation = summary.evaluation

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.policies import learner_group_checkpoint, rllib_actor
+from tests.support.policies import learner_group_checkpoint, rllib_actor
 from workbench.cli import main
 from workbench.policy.checkpoint import read_checkpoint
 from workbench.policy.export import export_policy, sample_observations

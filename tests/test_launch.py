@@ -109,12 +109,12 @@ def test_reset_config_rebuilds_the_algorithm_for_the_next_trial_in_the_same_proc
     """What Tune does with a kept actor (reuse_actors=True): reset() with the next
     trial's config, then restore() of a checkpoint (a PBT exploit) or nothing (a new
     trial). The algorithm must be the one a new actor would have built."""
-    from tests.test_schema import experiment, write_yaml
+    from tests.support.experiments import tiny_ppo, write_experiment
     from workbench.experiment.resolve import load_and_resolve
     from workbench.trial.config import algorithm_config
 
     training = {"train_batch_size_per_learner": 128, "num_epochs": 1}
-    path = write_yaml(tmp_path, experiment(tmp_path, training=training, stop={"iterations": 1}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, training=training, stop={"iterations": 1}))
     config = algorithm_config(load_and_resolve(path))
     trainable = seeded_trainable(config.algo_class)
 

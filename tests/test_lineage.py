@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.lineage import FINAL, HISTORIES, RECORDS, TRIALS, lineage_record
 from workbench.analysis.lineage import (
-    LineageRecord,
     Segment,
     ancestry,
     ancestry_exploits,
@@ -23,75 +22,6 @@ from workbench.analysis.lineage import (
     render_tree,
     stitched_schedule,
 )
-
-FINAL = 30
-
-
-def _record(
-    seq: int,
-    target: str,
-    source: str,
-    target_iteration: int,
-    source_iteration: int,
-    old: dict[str, Any],
-    new: dict[str, Any],
-) -> LineageRecord:
-    return LineageRecord(
-        seq=seq,
-        time=1764420000.0 + 10 * seq,
-        target=target,
-        target_name=f"PPO_{target.upper()}",
-        source=source,
-        source_name=f"PPO_{source.upper()}",
-        target_iteration=target_iteration,
-        source_iteration=source_iteration,
-        step=target_iteration,
-        old=old,
-        donor={},
-        new=new,
-    )
-
-
-# Four trials a, b, c, d (lr 1, 2, 3, 4 and gamma 0.99 at the start), 30 iterations each.
-# seq 0: b <- c@8 at b's 8      b trains 9.. with lr 3.5
-# seq 1: a <- b@16 at a's 16    a trains 17.. with lr 4.5, gamma 0.95  (chain a <- b <- c)
-# seq 2: c <- d@4 at c's 12     c restarts at 5 with lr 5: after c gave b its weights (seq 0)
-# seq 3: d <- a@20 at d's 20    d trains 21.. with lr 6, gamma 0.95   (chain d <- a <- b <- c)
-# seq 4: b <- c@22 at b's 24    the c that was itself a clone is now a donor
-RECORDS = [
-    _record(0, "b", "c", 8, 8, {"lr": 2.0, "gamma": 0.99}, {"lr": 3.5, "gamma": 0.99}),
-    _record(1, "a", "b", 16, 16, {"lr": 1.0, "gamma": 0.99}, {"lr": 4.5, "gamma": 0.95}),
-    _record(2, "c", "d", 12, 4, {"lr": 3.0, "gamma": 0.99}, {"lr": 5.0, "gamma": 0.99}),
-    _record(3, "d", "a", 20, 20, {"lr": 4.0, "gamma": 0.99}, {"lr": 6.0, "gamma": 0.95}),
-    _record(4, "b", "c", 24, 22, {"lr": 3.5, "gamma": 0.99}, {"lr": 7.0, "gamma": 0.99}),
-]
-TRIALS = {t: (f"PPO_{t.upper()}", FINAL) for t in "abcd"}
-
-
-def _history(*lives: tuple[int, int, float]) -> list[tuple[int, Any]]:
-    """What a tracker keyed by iteration holds: one value per iteration, a later life
-    overwriting the iterations it trained again."""
-    values: dict[int, Any] = {}
-    for first, last, value in lives:
-        for iteration in range(first, last + 1):
-            values[iteration] = value
-    return sorted(values.items())
-
-
-# Each trial's lives (first, last iteration, lr), as the exploits above make them.
-LR = {
-    "a": _history((1, 16, 1.0), (17, 30, 4.5)),
-    "b": _history((1, 8, 2.0), (9, 24, 3.5), (23, 30, 7.0)),
-    "c": _history((1, 12, 3.0), (5, 30, 5.0)),
-    "d": _history((1, 20, 4.0), (21, 30, 6.0)),
-}
-GAMMA = {
-    "a": _history((1, 16, 0.99), (17, 30, 0.95)),
-    "b": _history((1, 30, 0.99)),
-    "c": _history((1, 30, 0.99)),
-    "d": _history((1, 20, 0.99), (21, 30, 0.95)),
-}
-HISTORIES = {t: {"lr": LR[t], "gamma": GAMMA[t]} for t in "abcd"}
 
 
 def _spans(segments: list[Segment]) -> list[tuple[str, int, int]]:
@@ -205,17 +135,17 @@ def test_a_donor_checkpoint_older_than_the_donors_last_restore_is_from_its_earli
     # x can only have saved before that restore (after it, x reports from 6 on), so z's
     # weights are x's own from iterations 1-4, not y's.
     records = [
-        _record(0, "x", "y", 10, 5, {"lr": 1.0}, {"lr": 2.0}),
-        _record(1, "z", "x", 12, 4, {"lr": 3.0}, {"lr": 4.0}),
+        lineage_record(0, "x", "y", 10, 5, {"lr": 1.0}, {"lr": 2.0}),
+        lineage_record(1, "z", "x", 12, 4, {"lr": 3.0}, {"lr": 4.0}),
     ]
     assert _spans(ancestry(records, "z", 20)) == [("x", 1, 4), ("z", 5, 20)]
     assert [r.seq for r in ancestry_exploits(records, "z", 20)] == [1]
     # A checkpoint at the very iteration x was restored to is also from before: a
     # restored trial's first report, and so its first checkpoint, is one iteration later.
-    records[1] = _record(1, "z", "x", 12, 5, {"lr": 3.0}, {"lr": 4.0})
+    records[1] = lineage_record(1, "z", "x", 12, 5, {"lr": 3.0}, {"lr": 4.0})
     assert _spans(ancestry(records, "z", 20)) == [("x", 1, 5), ("z", 6, 20)]
     # A checkpoint past the restore point comes through it.
-    records[1] = _record(1, "z", "x", 12, 7, {"lr": 3.0}, {"lr": 4.0})
+    records[1] = lineage_record(1, "z", "x", 12, 7, {"lr": 3.0}, {"lr": 4.0})
     assert _spans(ancestry(records, "z", 20)) == [("y", 1, 5), ("x", 6, 7), ("z", 8, 20)]
     trials = {t: (f"PPO_{t.upper()}", 20) for t in "xyz"}
     assert render_tree(trials, records, best="z").splitlines()[:4] == [
@@ -225,7 +155,7 @@ def test_a_donor_checkpoint_older_than_the_donors_last_restore_is_from_its_earli
         "*    └─ it 12: PPO_Z <- PPO_X@7  lr 3→4  [8-20]  (best)",
     ]
     # The tree hangs a clone of an earlier life's checkpoint under that life.
-    records[1] = _record(1, "z", "x", 12, 4, {"lr": 3.0}, {"lr": 4.0})
+    records[1] = lineage_record(1, "z", "x", 12, 4, {"lr": 3.0}, {"lr": 4.0})
     assert render_tree(trials, records, best="z").splitlines()[:4] == [
         "* PPO_X  [1-10]",
         "* └─ it 12: PPO_Z <- PPO_X@4  lr 3→4  [5-20]  (best)",
@@ -294,8 +224,10 @@ def test_render_tree_shows_who_cloned_whom_and_marks_the_best_ancestry() -> None
 
 def test_render_tree_branches_siblings_and_formats_floats() -> None:
     records = [
-        _record(0, "b", "a", 8, 8, {"lr": 0.001, "clip": 0.2}, {"lr": 0.0024123, "clip": 0.2}),
-        _record(1, "c", "a", 8, 8, {"lr": 0.003}, {"lr": 0.0012}),
+        lineage_record(
+            0, "b", "a", 8, 8, {"lr": 0.001, "clip": 0.2}, {"lr": 0.0024123, "clip": 0.2}
+        ),
+        lineage_record(1, "c", "a", 8, 8, {"lr": 0.003}, {"lr": 0.0012}),
     ]
     trials = {"a": ("PPO_A", 20), "b": ("PPO_B", 20), "c": ("PPO_C", 20)}
     lines = render_tree(trials, records, best="b").splitlines()

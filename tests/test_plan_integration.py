@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import ray
-import yaml
 
+from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.plan.capacity import make_plan
@@ -108,22 +108,16 @@ def fake_gpu_trials(record: Path) -> Callable[[Any], Any]:
 
 
 def experiment(tmp_path: Path, resources: dict[str, Any], **top: Any) -> Any:
-    data: dict[str, Any] = {
+    population = {
         "name": "fake_gpus",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
         "training": {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
         "population": 2,
         "stop": {"iterations": 1},
         "checkpoint": {"frequency": 1, "keep": 3, "at_end": False},
         "tracking": {"enabled": False},
         "resources": resources,
-        "storage": str(tmp_path / "results"),
-        **top,
     }
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_and_resolve(path)
+    return load_and_resolve(write_experiment(tmp_path, tiny_ppo(tmp_path, **{**population, **top})))
 
 
 class PlacementGroupWatch:

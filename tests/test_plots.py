@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 from matplotlib.text import Annotation
 
-from tests.test_lineage import FINAL, RECORDS, TRIALS
+from tests.support.lineage import FINAL, RECORDS, TRIALS
 from workbench.analysis.lineage import ancestry
 from workbench.analysis.plots import (
     _curves_figure,

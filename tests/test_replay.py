@@ -14,7 +14,8 @@ import ray
 import yaml
 from ray.tune.schedulers import TrialScheduler
 
-import tests.probes as probes
+import tests.support.probes as probes
+from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.analysis.lineage import LineageRecord, Segment
 from workbench.analysis.schedule import (
     replay_experiment,
@@ -37,19 +38,13 @@ SCHEDULE = [
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
-    data = {
+    replay = {
         "name": "replayed",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
         "scheduler": {"type": "replay", "schedule": SCHEDULE},
         "population": 1,
         "stop": {"iterations": 8},
-        "storage": str(tmp_path / "results"),
-        **fields,
     }
-    path = tmp_path / "replay.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_experiment(tmp_path / "replay.yaml", tiny_ppo(tmp_path, **{**replay, **fields}))
 
 
 def test_a_schedule_is_an_experiment_whose_names_map_to_tune_keys(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import workbench.plan.preflight as plan_module
+from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import ResolvedExperiment, load_and_resolve
@@ -43,20 +44,11 @@ GPU_LEARNER: dict[str, Any] = {
 
 
 def experiment(tmp_path: Path, resources: dict[str, Any] | None = None, **top: Any) -> Path:
-    data: dict[str, Any] = {
-        "name": "topology",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "stop": {"iterations": 3},
-        "population": 4,
-        "storage": str(tmp_path / "results"),
-        **top,
-    }
+    topology = {"name": "topology", "stop": {"iterations": 3}, "population": 4}
+    data = tiny_ppo(tmp_path, **{**topology, **top})
     if resources is not None:
         data["resources"] = resources
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_experiment(tmp_path, data)
 
 
 def resolved(tmp_path: Path, resources: dict[str, Any] | None = None, **top: Any) -> Any:

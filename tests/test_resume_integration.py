@@ -14,39 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.test_tracking_integration import _count_results, _result_rows
+from tests.support.experiments import small_pbt, write_experiment
+from tests.support.results import count_results, result_rows
 from workbench.analysis.lineage import check_sequence, read_jsonl
 from workbench.names import LINEAGE_FILE
 
 pytestmark = pytest.mark.slow
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
-SMALL_PPO = {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2}
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
-    data = {
-        "name": "pop",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "training": SMALL_PPO,
-        "search_space": {"params": {"lr": {"loguniform": [1e-5, 1e-2]}}},
-        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
-        "population": 2,
-        "stop": {"iterations": 14},
-        "checkpoint": {"frequency": 1, "keep": 3},
-        "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
-        # The end-of-run evaluation is tests/test_evaluate.py's subject, not this file's.
-        "evaluation": {"at_end": "none"},
-        "storage": str(tmp_path / "results"),
-        **fields,
-    }
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    space = {"params": {"lr": {"loguniform": [1e-5, 1e-2]}}}
+    population = {"search_space": space, "population": 2, "stop": {"iterations": 14}}
+    data = small_pbt(tmp_path, **{**population, **fields})
+    return write_experiment(tmp_path, data, sort_keys=True)
 
 
 def _snapshot_checkpoints(results_dir: Path) -> dict[str, tuple[int, float]]:
@@ -99,7 +83,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            counts = _count_results(tmp_path / "results" / "mlflow.db")
+            counts = count_results(tmp_path / "results" / "mlflow.db")
             exploited = (results_dir / LINEAGE_FILE).exists()
             if len(counts) == 2 and min(counts.values()) >= 3 and exploited:
                 break
@@ -119,7 +103,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         if p.name.isdigit() and session["session_dir"].encode() in _cmd(p)
     ]
     restore_from = _snapshot_checkpoints(results_dir)
-    rows_before = {name: len(r) for name, r in _result_rows(results_dir).items()}
+    rows_before = {name: len(r) for name, r in result_rows(results_dir).items()}
     exploits_before = len(read_jsonl(results_dir / LINEAGE_FILE))
 
     resumed = subprocess.run(
@@ -134,7 +118,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         assert "left behind by the interrupted driver" in resumed.stdout
         assert not [pid for pid in leftovers if _alive(pid)]
 
-    rows = _result_rows(results_dir)
+    rows = result_rows(results_dir)
     for name, trial_rows in rows.items():
         assert trial_rows[-1]["training_iteration"] == 10, name  # reached its stop rule
         if name in restore_from:
@@ -209,7 +193,7 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "crashed").exists(), "no worker crashed: the test checks nothing"
-    rows = _result_rows(tmp_path / "results" / "crash")
+    rows = result_rows(tmp_path / "results" / "crash")
     assert all(r[-1]["training_iteration"] == 6 for r in rows.values())
     # The crashed trial went on from its checkpoint in a new process.
     restored = [
@@ -266,7 +250,7 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
         check=False,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    rows = _result_rows(tmp_path / "results" / "fail")
+    rows = result_rows(tmp_path / "results" / "fail")
     assert all(r[-1]["training_iteration"] == 6 for r in rows.values()), rows.keys()
     again = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.role` = 'trial'")
     assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in trials)

@@ -11,21 +11,14 @@ from typing import Any
 
 import pytest
 import ray
-import yaml
 
-import tests.probes as probes
-from tests.conftest import PBT_BOUNDS
+import tests.support.probes as probes
+from tests.support.experiments import PBT_BOUNDS, SMALL_PPO, tiny_ppo, write_experiment
+from tests.support.results import result_rows
 from workbench.experiment.resolve import load_and_resolve
 from workbench.run.launch import run
 
 pytestmark = pytest.mark.slow
-
-# A small PPO: an iteration is 256 env steps and two short epochs.
-SMALL_PPO = {
-    "train_batch_size_per_learner": 256,
-    "minibatch_size": 128,
-    "num_epochs": 2,
-}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,26 +31,8 @@ def local_ray() -> Iterator[None]:
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
-    data = {
-        "name": "it",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "storage": str(tmp_path / "results"),
-        "resources": {"envs_per_runner": 4},
-        **fields,
-    }
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _rows(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Each trial's result.json rows, in order."""
-    return {
-        trial.name: [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
-        for trial in sorted(results_dir.iterdir())
-        if (trial / "result.json").is_file()
-    }
+    data = tiny_ppo(tmp_path, **{"name": "it", "resources": {"envs_per_runner": 4}, **fields})
+    return write_experiment(tmp_path, data, sort_keys=True)
 
 
 def _exploits(rows: list[dict[str, Any]], keys: list[str]) -> list[int]:
@@ -78,7 +53,7 @@ def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(
     resolved, summary = pbt_population.resolved, pbt_population.summary
     assert summary.errors == 0, "a clone could not restore its donor's checkpoint"
 
-    rows = _rows(resolved.results_dir)
+    rows = result_rows(resolved.results_dir)
     after_exploit = [(t, i) for t, r in rows.items() for i in _exploits(r, list(bounds))]
     assert after_exploit, "PBT never exploited: the test checks nothing"
     for trial, trial_rows in rows.items():
@@ -151,7 +126,7 @@ def test_pb2_explores_inside_its_bounds(tmp_path: Path) -> None:
     resolved = load_and_resolve(path)
     summary = run(resolved, progress_interval_s=1e9)
     assert summary.errors == 0
-    rows = _rows(resolved.results_dir)
+    rows = result_rows(resolved.results_dir)
     assert any(_exploits(r, ["lr", "clip_param"]) for r in rows.values()), "PB2 never explored"
     for trial_rows in rows.values():
         for row in trial_rows:
@@ -234,6 +209,6 @@ def test_every_algorithm_runs_with_its_own_search_space(
     assert summary.errors == 0
     (trial,) = summary.trials
     assert trial.iteration == 3 and trial.env_steps > 0
-    rows = _rows(resolved.results_dir)
+    rows = result_rows(resolved.results_dir)
     (trial_rows,) = rows.values()
     assert "learners" in trial_rows[-1]

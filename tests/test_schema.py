@@ -8,7 +8,6 @@ anything starts (no Ray, no results folder). No test here starts Ray.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 from pathlib import Path
@@ -18,8 +17,10 @@ import pytest
 import ray
 import yaml
 
+from tests.support.bad_files import problem_about, rejected
+from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
-from workbench.errors import ExperimentError, Problem
+from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.schema import Experiment, apply_overrides, load_experiment
 
@@ -33,67 +34,17 @@ PBT_SPACE: dict[str, Any] = {"params": {"lr": LR_BLOCK}}
 # --- helpers -------------------------------------------------------------------------------
 
 
-def experiment(tmp_path: Path, **edits: Any) -> dict[str, Any]:
-    """A small valid PPO-on-CartPole experiment; ``edits`` replace top-level sections
-    (``None`` removes one)."""
-    data: dict[str, Any] = {
-        "name": "probe",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "stop": {"iterations": 5},
-        "storage": str(tmp_path / "results"),
-    }
-    for key, value in edits.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = copy.deepcopy(value)
-    return data
-
-
-def write_yaml(tmp_path: Path, data: Any, name: str = "experiment.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def write_text(tmp_path: Path, text: str, name: str = "experiment.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
 
 
-def rejected(path: Path, *, check_results: bool = False) -> ExperimentError:
-    """The error ``load_and_resolve`` raises for a bad file; also checks that the CLI turns
-    the same problems into exit code 2 (``validate`` never looks at the results folder)."""
-    with pytest.raises(ExperimentError) as info:
-        load_and_resolve(path, check_results=check_results)
-    err = info.value
-    assert err.exit_code == 2
-    assert err.problems, "an ExperimentError must carry at least one problem"
-    if not check_results:
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            assert main(["validate", str(path)]) == 2
-        assert str(err) in stderr.getvalue()
-    return err
-
-
-def problem_about(err: ExperimentError, file: Path, field: str, *fragments: str) -> Problem:
-    """The problem reported against ``file`` that names ``field`` and every fragment."""
-    candidates = [p for p in err.problems if p.file == str(file) and field in str(p)]
-    assert candidates, f"no problem in {file} naming {field!r}; got:\n{err}"
-    for problem in candidates:
-        if all(fragment in str(problem) for fragment in fragments):
-            return problem
-    pytest.fail(f"no problem in {file} about {field!r} says all of {fragments!r}; got:\n{err}")
-
-
 # --- good files ----------------------------------------------------------------------------
 
 
 def test_a_minimal_experiment_resolves_with_defaults(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path))
     resolved = load_and_resolve(path, check_results=True)
     exp = resolved.experiment
     assert (exp.algorithm, exp.env.id, exp.scheduler.type, exp.population) == (
@@ -115,14 +66,14 @@ def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
     from workbench.run.launch import prepare_results_dir
     from workbench.trial.config import algorithm_config
 
-    data = experiment(tmp_path, algorithm="IMPALA")
-    config = algorithm_config(load_and_resolve(write_yaml(tmp_path, data)))
+    data = tiny_ppo(tmp_path, algorithm="IMPALA")
+    config = algorithm_config(load_and_resolve(write_experiment(tmp_path, data)))
     assert config.min_time_s_per_iteration == 10  # IMPALA's own
     assert config.metrics_num_episodes_for_smoothing == 100
 
     reporting = {"min_time_s_per_iteration": 1.5, "metrics_num_episodes_for_smoothing": 20}
-    data = experiment(tmp_path, algorithm="IMPALA", reporting=reporting)
-    resolved = load_and_resolve(write_yaml(tmp_path, data))
+    data = tiny_ppo(tmp_path, algorithm="IMPALA", reporting=reporting)
+    resolved = load_and_resolve(write_experiment(tmp_path, data))
     config = algorithm_config(resolved)
     assert config.min_time_s_per_iteration == 1.5
     assert config.metrics_num_episodes_for_smoothing == 20
@@ -144,20 +95,20 @@ def test_population_based_schedulers_are_synchronous_when_asked(
     from workbench.run.schedulers import scheduler
 
     section = {"type": kind, "quantile_fraction": 0.5, "synch": synch}
-    data = experiment(tmp_path, scheduler=section, search_space=PBT_SPACE)
-    built = scheduler(load_and_resolve(write_yaml(tmp_path, data)))
+    data = tiny_ppo(tmp_path, scheduler=section, search_space=PBT_SPACE)
+    built = scheduler(load_and_resolve(write_experiment(tmp_path, data)))
     assert built._synch is synch  # type: ignore[attr-defined]
 
 
 def test_search_space_file_is_found_in_the_project_and_keyed_as_tune_spells_it(
     tmp_path: Path,
 ) -> None:
-    data = experiment(
+    data = tiny_ppo(
         tmp_path,
         scheduler={"type": "pbt"},
         search_space={"file": "ppo.yaml", "params": {"gamma": {"uniform": [0.9, 0.99]}}},
     )
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     assert resolved.search_space_file == ROOT / "search_spaces" / "ppo.yaml"
     # Inline blocks override the file's entry for the same name.
     assert resolved.search_space["gamma"].uniform == (0.9, 0.99)
@@ -167,28 +118,28 @@ def test_search_space_file_is_found_in_the_project_and_keyed_as_tune_spells_it(
 
 
 def test_search_space_file_next_to_the_experiment_wins(tmp_path: Path) -> None:
-    write_yaml(tmp_path, {"lr": {"uniform": [0.001, 0.002]}}, name="ppo.yaml")
-    data = experiment(tmp_path, search_space={"file": "ppo.yaml"})
-    resolved = load_and_resolve(write_yaml(tmp_path, data), check_results=False)
+    write_experiment(tmp_path / "ppo.yaml", {"lr": {"uniform": [0.001, 0.002]}})
+    data = tiny_ppo(tmp_path, search_space={"file": "ppo.yaml"})
+    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     assert resolved.search_space_file == tmp_path / "ppo.yaml"
     assert set(resolved.search_space) == {"lr"}
 
 
 @pytest.mark.parametrize("key", ["population", "num_samples"])
 def test_population_and_its_alias_num_samples_are_both_accepted(tmp_path: Path, key: str) -> None:
-    data = experiment(tmp_path, **{key: 9})
-    assert load_experiment(write_yaml(tmp_path, data)).population == 9
+    data = tiny_ppo(tmp_path, **{key: 9})
+    assert load_experiment(write_experiment(tmp_path, data)).population == 9
 
 
 @pytest.mark.parametrize("spelling", ["ppo", "Ppo", "PPO"])
 def test_algorithm_is_case_insensitive(tmp_path: Path, spelling: str) -> None:
-    data = experiment(tmp_path, algorithm=spelling)
-    assert load_experiment(write_yaml(tmp_path, data)).algorithm == "PPO"
+    data = tiny_ppo(tmp_path, algorithm=spelling)
+    assert load_experiment(write_experiment(tmp_path, data)).algorithm == "PPO"
 
 
 def test_asha_needs_no_stop_rule_because_max_t_ends_the_trials(tmp_path: Path) -> None:
-    data = experiment(tmp_path, stop=None, scheduler={"type": "asha", "max_t": 20})
-    assert load_and_resolve(write_yaml(tmp_path, data), check_results=False).experiment.stop
+    data = tiny_ppo(tmp_path, stop=None, scheduler={"type": "asha", "max_t": 20})
+    assert load_and_resolve(write_experiment(tmp_path, data), check_results=False).experiment.stop
 
 
 def test_every_shipped_experiment_validates(capsys: pytest.CaptureFixture[str]) -> None:
@@ -407,17 +358,17 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
 def test_bad_experiment_is_rejected_naming_file_field_value_and_what_is_valid(
     tmp_path: Path, edits: dict[str, Any], field: str, fragments: tuple[str, ...]
 ) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path, **edits))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, **edits))
     problem_about(rejected(path), path, field, *fragments)
 
 
 def test_every_problem_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
-    data = experiment(
+    data = tiny_ppo(
         tmp_path,
         training={"lrr": 0.1},
         search_space={"params": {"gama": {"uniform": [0.9, 0.99]}}},
     )
-    path = write_yaml(tmp_path, data)
+    path = write_experiment(tmp_path, data)
     err = rejected(path)
     problem_about(err, path, "training.lrr", "did you mean 'lr'?")
     problem_about(err, path, "search_space.params.gama", "did you mean 'gamma'?")
@@ -447,8 +398,8 @@ def test_a_missing_experiment_file_is_rejected(tmp_path: Path) -> None:
 
 
 def test_a_missing_search_space_file_says_where_it_looked(tmp_path: Path) -> None:
-    data = experiment(tmp_path, search_space={"file": "nope.yaml"})
-    path = write_yaml(tmp_path, data)
+    data = tiny_ppo(tmp_path, search_space={"file": "nope.yaml"})
+    path = write_experiment(tmp_path, data)
     problem = problem_about(rejected(path), path, "search_space.file", "'nope.yaml' not found")
     assert f"looked in {tmp_path}," in problem.message
     assert str(ROOT / "search_spaces") in problem.message
@@ -466,10 +417,10 @@ def test_a_missing_search_space_file_says_where_it_looked(tmp_path: Path) -> Non
 def test_a_bad_log_range_in_a_search_space_file_is_reported_against_that_file(
     tmp_path: Path, block: list[float], fragments: tuple[str, ...]
 ) -> None:
-    space_file = write_yaml(
-        tmp_path, {"gamma": {"uniform": [0.9, 0.99]}, "lr": {"loguniform": block}}, "space.yaml"
+    space_file = write_experiment(
+        tmp_path / "space.yaml", {"gamma": {"uniform": [0.9, 0.99]}, "lr": {"loguniform": block}}
     )
-    path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, search_space={"file": "space.yaml"}))
     problem = problem_about(rejected(path), space_file, "lr", *fragments)
     assert problem.field == "lr"
 
@@ -478,19 +429,19 @@ def test_a_search_space_file_that_is_not_a_mapping_is_reported_against_that_file
     tmp_path: Path,
 ) -> None:
     space_file = write_text(tmp_path, "- lr\n- gamma\n", "space.yaml")
-    path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, search_space={"file": "space.yaml"}))
     problem_about(rejected(path), space_file, "", "must map hyperparameter names to blocks")
 
 
 def test_a_search_space_file_with_a_yaml_error_gives_its_line(tmp_path: Path) -> None:
     space_file = write_text(tmp_path, "lr:\n  loguniform: [1.0e-4, 1.0e-2\n", "space.yaml")
-    path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, search_space={"file": "space.yaml"}))
     problem_about(rejected(path), space_file, "", "invalid YAML at line 3")
 
 
 def test_a_parameter_of_a_search_space_file_the_algorithm_lacks(tmp_path: Path) -> None:
-    write_yaml(tmp_path, {"lrr": {"loguniform": [1.0e-4, 1.0e-2]}}, "space.yaml")
-    path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
+    write_experiment(tmp_path / "space.yaml", {"lrr": {"loguniform": [1.0e-4, 1.0e-2]}})
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, search_space={"file": "space.yaml"}))
     problem_about(rejected(path), path, "lrr", "space.yaml", "did you mean 'lr'?")
 
 
@@ -498,7 +449,7 @@ def test_a_results_folder_that_holds_a_run_points_to_resume(tmp_path: Path) -> N
     run_dir = tmp_path / "results" / "probe"
     run_dir.mkdir(parents=True)
     (run_dir / "tuner.pkl").write_bytes(b"")
-    path = write_yaml(tmp_path, experiment(tmp_path))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path))
     # validate ignores the folder; run checks it.
     assert load_and_resolve(path, check_results=False).results_dir == run_dir
     err = rejected(path, check_results=True)
@@ -509,7 +460,7 @@ def test_a_results_folder_that_holds_a_run_points_to_resume(tmp_path: Path) -> N
 
 def test_an_empty_results_folder_is_not_a_previous_run(tmp_path: Path) -> None:
     (tmp_path / "results" / "probe").mkdir(parents=True)
-    path = write_yaml(tmp_path, experiment(tmp_path))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path))
     assert load_and_resolve(path, check_results=True).experiment.name == "probe"
 
 
@@ -551,7 +502,7 @@ def test_set_reads_an_exponent_without_a_dot_as_a_float() -> None:
 def test_an_exponent_without_a_dot_in_a_file_is_read_as_a_float(tmp_path: Path) -> None:
     path = write_text(
         tmp_path,
-        yaml.safe_dump(experiment(tmp_path)) + "training:\n  lr: 1e-3\n",
+        yaml.safe_dump(tiny_ppo(tmp_path)) + "training:\n  lr: 1e-3\n",
     )
     lr = load_and_resolve(path, check_results=False).experiment.training["lr"]
     assert isinstance(lr, float) and lr == pytest.approx(1e-3)
@@ -580,7 +531,7 @@ def test_run_dry_run_applies_set_and_starts_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, experiment(tmp_path, storage="results", population=3))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, storage="results", population=3))
     before = sorted(tmp_path.rglob("*"))
     argv = ["run", str(path), "--dry-run", "--set", "stop.iterations=7", "--set", "seed=11"]
     assert main(argv) == 0
@@ -596,19 +547,19 @@ def test_run_dry_run_applies_set_and_starts_nothing(
 
 
 def test_run_dry_run_counts_grid_points(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = experiment(
+    data = tiny_ppo(
         tmp_path,
         population=2,
         search_space={"params": {"gamma": {"grid": [0.9, 0.95, 0.99]}, "lr": LR_BLOCK}},
     )
-    assert main(["run", str(write_yaml(tmp_path, data)), "--dry-run"]) == 0
+    assert main(["run", str(write_experiment(tmp_path, data)), "--dry-run"]) == 0
     assert "Would start 6 trials of PPO" in capsys.readouterr().out
 
 
 def test_run_with_a_malformed_set_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path))
     assert main(["run", str(path), "--dry-run", "--set", "foo"]) == 2
     assert f"{path}: --set: 'foo' is not key.path=value" in capsys.readouterr().err
 
@@ -616,7 +567,7 @@ def test_run_with_a_malformed_set_exits_2(
 def test_run_with_an_override_that_breaks_the_schema_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_yaml(tmp_path, experiment(tmp_path))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path))
     assert main(["run", str(path), "--dry-run", "--set", "stop.iterations=-1"]) == 2
     assert f"{path}: stop.iterations: -1: Input should be greater than 0" in (
         capsys.readouterr().err
@@ -627,7 +578,7 @@ def test_run_of_a_bad_file_exits_2_without_a_results_folder_or_ray(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, experiment(tmp_path, storage="results", algorithm="PPPO"))
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, storage="results", algorithm="PPPO"))
     before = sorted(tmp_path.rglob("*"))
     assert main(["run", str(path), "--dry-run"]) == 2
     assert main(["run", str(path)]) == 2
@@ -694,8 +645,8 @@ def test_json_schema_lists_every_section_of_the_model(exported_schema: dict[str,
 
 
 def test_unknown_key_in_a_non_pbt_scheduler_suggests_that_schedulers_keys(tmp_path: Path) -> None:
-    data = experiment(tmp_path, scheduler={"type": "asha", "grace_perod": 3})
-    path = write_yaml(tmp_path, data)
+    data = tiny_ppo(tmp_path, scheduler={"type": "asha", "grace_perod": 3})
+    path = write_experiment(tmp_path, data)
     problem = problem_about(rejected(path), path, "scheduler.grace_perod", "unknown key")
     assert "did you mean 'grace_period'?" in problem.message
     assert "'max_t'" in problem.message
@@ -703,16 +654,16 @@ def test_unknown_key_in_a_non_pbt_scheduler_suggests_that_schedulers_keys(tmp_pa
 
 
 def test_misspelled_block_kind_inline_suggests_the_kind(tmp_path: Path) -> None:
-    data = experiment(tmp_path, search_space={"params": {"lr": {"logunifrom": [1e-4, 1e-2]}}})
-    path = write_yaml(tmp_path, data)
+    data = tiny_ppo(tmp_path, search_space={"params": {"lr": {"logunifrom": [1e-4, 1e-2]}}})
+    path = write_experiment(tmp_path, data)
     problem = problem_about(rejected(path), path, "search_space.params.lr", "'logunifrom'")
     assert "did you mean 'loguniform'?" in problem.message
     assert "valid: none" not in problem.message
 
 
 def test_misspelled_block_kind_in_a_search_space_file_suggests_the_kind(tmp_path: Path) -> None:
-    space_file = write_yaml(tmp_path, {"lr": {"logunifrom": [1e-4, 1e-2]}}, "space.yaml")
-    path = write_yaml(tmp_path, experiment(tmp_path, search_space={"file": "space.yaml"}))
+    space_file = write_experiment(tmp_path / "space.yaml", {"lr": {"logunifrom": [1e-4, 1e-2]}})
+    path = write_experiment(tmp_path, tiny_ppo(tmp_path, search_space={"file": "space.yaml"}))
     problem = problem_about(rejected(path), space_file, "lr", "logunifrom")
     assert "did you mean 'loguniform'?" in problem.message
 

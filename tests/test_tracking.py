@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +19,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
+from tests.support.trials import FakeTrial
 from workbench.names import LINEAGE_FILE, SPOOL_FILE
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.metrics import metric_filter, numeric_metrics
 from workbench.tracking.writer import Result, op_from_json, op_to_json
-
-
-@dataclass
-class FakeTrial:
-    trial_id: str
-    config: dict[str, Any]
-    trainable_name: str = "PPO"
-    status: str = "RUNNING"
-    error_file: str | None = None
-    last_result: dict[str, Any] = field(default_factory=dict)
-    num_failures: int = 0
 
 
 class Flaky:

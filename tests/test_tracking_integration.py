@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,9 +16,10 @@ from typing import Any
 
 import pytest
 import ray
-import yaml
 from mlflow.tracking import MlflowClient
 
+from tests.support.experiments import small_pbt, write_experiment
+from tests.support.results import count_results, result_rows
 from workbench.analysis.populations import find_population
 from workbench.analysis.ui import free_port, start_ui
 from workbench.experiment.resolve import load_and_resolve
@@ -30,7 +30,6 @@ from workbench.tracking.store import client_for
 pytestmark = pytest.mark.slow
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
-SMALL_PPO = {"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 2}
 
 
 @pytest.fixture
@@ -41,38 +40,10 @@ def local_ray() -> Iterator[None]:
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
-    data = {
-        "name": "pop",
-        "algorithm": "PPO",
-        "env": {"id": "sim_ext/CartPole-v1"},
-        "training": SMALL_PPO,
-        "search_space": {
-            "params": {
-                "lr": {"loguniform": [1e-5, 1e-2]},
-                "clip_param": {"uniform": [0.1, 0.4]},
-            }
-        },
-        "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
-        "population": 4,
-        "stop": {"iterations": 8},
-        "checkpoint": {"frequency": 1, "keep": 3},
-        "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
-        # The end-of-run evaluation is tests/test_evaluate.py's subject, not this file's.
-        "evaluation": {"at_end": "none"},
-        "storage": str(tmp_path / "results"),
-        **fields,
-    }
-    path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _result_rows(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    return {
-        trial.name: [json.loads(x) for x in (trial / "result.json").read_text().splitlines()]
-        for trial in sorted(results_dir.iterdir())
-        if (trial / "result.json").is_file()
-    }
+    space = {"params": {"lr": {"loguniform": [1e-5, 1e-2]}, "clip_param": {"uniform": [0.1, 0.4]}}}
+    population = {"search_space": space, "population": 4, "stop": {"iterations": 8}}
+    data = small_pbt(tmp_path, **{**population, **fields})
+    return write_experiment(tmp_path, data, sort_keys=True)
 
 
 def _steps(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -121,7 +92,7 @@ def test_pbt_population_in_mlflow(tmp_path: Path, pbt_population: SimpleNamespac
     artifact = client.download_artifacts(population.run_id, LINEAGE_FILE, str(tmp_path))
     assert Path(artifact).read_text() == (resolved.results_dir / LINEAGE_FILE).read_text()
 
-    rows = _result_rows(resolved.results_dir)
+    rows = result_rows(resolved.results_dir)
     for trial in trials.values():
         lr = _steps(client, trial.run_id, "hp/lr")
         iterations = _steps(client, trial.run_id, "training_iteration")
@@ -193,25 +164,6 @@ def test_pbt_population_in_mlflow(tmp_path: Path, pbt_population: SimpleNamespac
     assert detail["ancestry"][-1]["last_iteration"] == best["iteration"]
 
 
-def _count_results(db: Path) -> dict[str, int]:
-    """Trial name -> results in an sqlite store, read with plain SQL while a run writes it
-    (an MlflowClient would race the run's own schema creation on a new store)."""
-    import sqlite3
-
-    if not db.exists():
-        return {}
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        try:
-            rows = conn.execute(
-                "SELECT runs.name, COUNT(*) FROM metrics JOIN runs "
-                "ON metrics.run_uuid = runs.run_uuid "
-                "WHERE metrics.key = 'training_iteration' GROUP BY runs.name"
-            ).fetchall()
-        except sqlite3.OperationalError:  # tables not created yet, or locked
-            return {}
-    return {str(name): int(n) for name, n in rows}
-
-
 def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) -> None:
     experiment = _experiment(
         tmp_path,
@@ -230,7 +182,7 @@ def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) ->
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            counts = _count_results(tmp_path / "results" / "mlflow.db")
+            counts = count_results(tmp_path / "results" / "mlflow.db")
             if len(counts) == 2 and min(counts.values()) >= 3:
                 break
             assert driver.poll() is None, driver.communicate()[0][-3000:]
@@ -294,7 +246,7 @@ def test_a_tracking_server_outage_loses_nothing(
         nonlocal server
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            counts = _count_results(store)
+            counts = count_results(store)
             if counts and max(counts.values()) >= 2:
                 break
             time.sleep(0.5)
@@ -322,8 +274,8 @@ def test_a_tracking_server_outage_loses_nothing(
         assert summary.errors == 0
         assert "not answering" in events
         assert "answers again" in events
-        rows = _result_rows(resolved.results_dir)
-        counts = _count_results(store)
+        rows = result_rows(resolved.results_dir)
+        counts = count_results(store)
         assert counts == {name: len(r) for name, r in rows.items()}
     finally:
         server.stop()

@@ -1,0 +1,1 @@
+"""What several test modules share: experiment builders, fakes, example data, probes."""
