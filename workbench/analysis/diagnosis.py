@@ -1,6 +1,7 @@
 """Verdicts on where the time goes: a trial's or a population's time split (see
 `workbench.trial.time_split`) read as sampling-, learner- or sync-bound, with the
-arithmetic of what would help."""
+arithmetic of what would help; `diagnose_population` reads a population's splits from
+MLflow and gives each trial's verdict and the population's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.trial.time_split import REST_NOTE, TimeSplit, _finite
+from workbench.analysis.populations import Population, TrialRun, find_target, metric_histories
+from workbench.trial.time_split import (
+    PREFIX,
+    REST_NOTE,
+    TimeSplit,
+    _finite,
+    steady,
+    total,
+)
+
+# Per iteration: (step, sampling, learner, sync, rest shares of the iteration's time).
+Shares = list[tuple[float, float, float, float, float]]
 
 
 def _pct(value: float) -> str:
@@ -204,3 +216,87 @@ def _recommend(d: Diagnosis) -> None:
             f"sampling ({_pct(p)}) and learning ({_pct(s.learner_fraction)}) are close: "
             f"{arithmetic} ({_runners_now(s)}); {amdahl}"
         )
+
+
+@dataclass
+class PopulationDiagnosis:
+    """`workbench diagnose`: each trial's verdict, the population's (when it has several
+    trials) and the per-iteration shares the time-split PNG draws."""
+
+    store: str  # the MLflow store read
+    population: Population
+    trials: list[TrialRun]
+    reports: list[Diagnosis]  # one per trial, in the order of `trials`
+    population_report: Diagnosis | None  # None: a single trial
+    shares: dict[str, Shares]  # trial name -> shares of the iterations with a time
+
+    @property
+    def has_figures(self) -> bool:
+        """Whether any iteration logged its time split (workbench/* metrics)."""
+        return any(r.split.iterations for r in self.reports)
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Trial name -> its verdict (the PNG's subtitles)."""
+        return {t.name: r.verdict for t, r in zip(self.trials, self.reports, strict=True)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "population": self.population.name,
+            "run_id": self.population.run_id,
+            "trials": [r.to_json() for r in self.reports],
+            "population_diagnosis": self.population_report.to_json()
+            if self.population_report
+            else None,
+        }
+
+
+def diagnose_population(
+    client: Any, store: str, population: Population, trials: list[TrialRun]
+) -> PopulationDiagnosis:
+    """Each trial's verdict from its steady iterations (the warm-up left out) and, with
+    several trials, the population's from all of them summed, with how many trials are
+    bound by what."""
+    prefix = PREFIX + "/"
+    reports = []
+    shares: dict[str, Shares] = {}
+    steady_splits = []
+    for trial in trials:
+        history = metric_histories(client, trial, prefix)
+        splits = [TimeSplit.from_metrics(m) for m in history.values()]
+        used, left_out = steady(splits)
+        steady_splits.extend(used)
+        reports.append(diagnose(f"Trial {trial.name}", total(used), left_out))
+        shares[trial.name] = [
+            (
+                float(step),
+                s.sampling_fraction,
+                s.learner_fraction,
+                s.sync_fraction,
+                s.rest_fraction,
+            )
+            for step, s in zip(history, splits, strict=True)
+            if s.iteration_s > 0
+        ]
+    together = None
+    if len(trials) > 1:
+        together = diagnose(
+            f"Population {population.name} ({len(trials)} trials together)",
+            total(steady_splits),
+        )
+        counts: dict[str, int] = {}
+        for report in reports:
+            counts[report.verdict] = counts.get(report.verdict, 0) + 1
+        together.evidence.insert(
+            0, "trials: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+        )
+    return PopulationDiagnosis(store, population, list(trials), reports, together, shares)
+
+
+def diagnose_target(
+    target: str | None, *, store: str | None = None, population_ref: str | None = None
+) -> PopulationDiagnosis:
+    """`diagnose_population` of what a TARGET means (see `find_target`)."""
+    found = find_target(target, store=store, population_ref=population_ref)
+    return diagnose_population(found.client, found.uri, found.population, found.trials)

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.lineage import read_jsonl
+from workbench.analysis.plots import learning_curves, lineage_tree, schedules
 from workbench.analysis.populations import (
     Population,
     _population,
@@ -15,24 +17,19 @@ from workbench.analysis.populations import (
     trial_ancestry,
     trial_runs,
 )
-from workbench.names import LINEAGE_FILE, RETURN_METRIC, STEPS_METRIC
+from workbench.names import LINEAGE_FILE, PARENT, PLOTS_DIR, RETURN_METRIC, STEPS_METRIC
 
 
 def render_population_pngs(client: Any, runs: dict[str, str], results_dir: Path) -> list[Path]:
     """Learning curves, lineage tree and the best ancestry's schedule, as PNG files."""
-    from workbench.names import PARENT
-
     parent = client.get_run(runs[PARENT])
     exp_name = client.get_experiment(parent.info.experiment_id).name
     population = _population(client, parent, {parent.info.experiment_id: exp_name})
     population.trials = trial_runs(client, population)
-    return population_pngs(client, population, results_dir / "plots")
+    return population_pngs(client, population, results_dir / PLOTS_DIR)
 
 
 def population_pngs(client: Any, population: Population, folder: Path) -> list[Path]:
-    from workbench.analysis.lineage import read_jsonl
-    from workbench.analysis.plots import learning_curves, lineage_tree, schedules
-
     folder.mkdir(parents=True, exist_ok=True)
     best = population.best()
     curves = {}

@@ -2,7 +2,9 @@
 
 Everything here reads the MLflow store the tracker wrote (not Tune's files), so it
 works the same for a local sqlite store and for a tracking server, during a run and
-long after the results folder is gone."""
+long after the results folder is gone. The views the inspection commands print (a
+population and its trials as JSON, one trial in detail, a population's lineage, the
+population a `workbench diagnose` TARGET means) are built here, not in the CLI."""
 
 from __future__ import annotations
 
@@ -12,9 +14,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.analysis.lineage import LineageRecord, ancestry, parse_jsonl, stitched_schedule
+from workbench.analysis.lineage import (
+    LineageRecord,
+    Schedule,
+    Segment,
+    ancestry,
+    parse_jsonl,
+    render_tree,
+    stitched_schedule,
+)
 from workbench.errors import ExperimentError
-from workbench.names import LINEAGE_FILE, RETURN_METRIC, ROLE_TAG, STEP_METRIC, STEPS_METRIC
+from workbench.names import (
+    CLONED_FROM_TAG,
+    ERROR_TAG,
+    EVAL_RETURN_METRIC,
+    LINEAGE_FILE,
+    PARENT_RUN_TAG,
+    RESOLVED_FILE,
+    RESULTS_DIR_TAG,
+    RETURN_METRIC,
+    ROLE_TAG,
+    RUN_NAME_TAG,
+    STEP_METRIC,
+    STEPS_METRIC,
+    TRIAL_ID_TAG,
+)
+from workbench.tracking.store import client_for, resolve_store
+
+
+def _finite_or_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
 
 
 @dataclass
@@ -42,11 +71,47 @@ class TrialRun:
     def env_steps(self) -> int:
         return int(self.metrics.get(STEPS_METRIC, 0))
 
+    @property
+    def parent_run_id(self) -> str:
+        """The run id of the trial's population."""
+        return self.tags[PARENT_RUN_TAG]
+
+    @property
+    def cloned_from(self) -> str | None:
+        """The donor of the trial's last PBT exploit (None: it was never cloned)."""
+        return self.tags.get(CLONED_FROM_TAG)
+
+    @property
+    def error(self) -> str | None:
+        """The trial's final failure (a traceback), if it failed."""
+        return self.tags.get(ERROR_TAG)
+
+    @property
+    def eval_return(self) -> float | None:
+        """The mean return of the trial's last `workbench eval`, if it was evaluated."""
+        return self.metrics.get(EVAL_RETURN_METRIC)
+
     def hyperparameters(self) -> dict[str, Any]:
         """Current values: numeric ones from hp/* metrics, categorical ones from tags."""
         out: dict[str, Any] = {k[3:]: v for k, v in self.tags.items() if k.startswith("hp/")}
         out.update({k[3:]: v for k, v in self.metrics.items() if k.startswith("hp/")})
         return dict(sorted(out.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The trial as a row of a population's leaderboard (`workbench runs --json`)."""
+        return {
+            "run_id": self.run_id,
+            "name": self.name,
+            "trial_id": self.trial_id,
+            "status": self.status,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "best_return": _finite_or_none(self.best_return),
+            "last_return": _finite_or_none(self.last_return),
+            "cloned_from": self.cloned_from,
+            "eval_return": self.eval_return,
+            "hyperparameters": self.hyperparameters(),
+        }
 
 
 @dataclass
@@ -65,23 +130,39 @@ class Population:
         scored = [t for t in self.trials if not math.isnan(t.best_return)]
         return max(scored, key=lambda t: t.best_return) if scored else None
 
+    def to_json(self) -> dict[str, Any]:
+        """The population and its leaderboard (`workbench runs --json`)."""
+        return {
+            "run_id": self.run_id,
+            "name": self.name,
+            "experiment": self.experiment,
+            "status": self.status,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "results_dir": self.results_dir,
+            "trials": [t.to_json() for t in leaderboard(self)],
+        }
+
 
 def _population(client: Any, run: Any, experiment_names: dict[str, str]) -> Population:
     info, tags = run.info, run.data.tags
     return Population(
         run_id=info.run_id,
-        name=tags.get("mlflow.runName", info.run_name),
+        name=tags.get(RUN_NAME_TAG, info.run_name),
         experiment=experiment_names.get(info.experiment_id, info.experiment_id),
         experiment_id=info.experiment_id,
         status=info.status,
         start_ms=info.start_time,
         end_ms=info.end_time,
-        results_dir=tags.get("workbench.results_dir", ""),
+        results_dir=tags.get(RESULTS_DIR_TAG, ""),
     )
 
 
-def populations(client: Any, experiment: str | None = None) -> list[Population]:
-    """Every population in the store (newest first), or those of one MLflow experiment."""
+def populations(
+    client: Any, experiment: str | None = None, *, with_trials: bool = False
+) -> list[Population]:
+    """Every population in the store (newest first), or those of one MLflow experiment;
+    `with_trials` reads each one's trials too (`workbench runs`)."""
     experiments = client.search_experiments()
     names = {e.experiment_id: e.name for e in experiments}
     ids = [e.experiment_id for e in experiments if experiment is None or e.name == experiment]
@@ -90,7 +171,11 @@ def populations(client: Any, experiment: str | None = None) -> list[Population]:
     runs = client.search_runs(
         ids, filter_string=f"tags.`{ROLE_TAG}` = 'population'", order_by=["start_time DESC"]
     )
-    return [_population(client, r, names) for r in runs]
+    found = [_population(client, r, names) for r in runs]
+    if with_trials:
+        for population in found:
+            population.trials = trial_runs(client, population)
+    return found
 
 
 def find_population(client: Any, ref: str | None, uri: str) -> Population:
@@ -120,7 +205,7 @@ def find_population(client: Any, ref: str | None, uri: str) -> Population:
 def trial_runs(client: Any, population: Population) -> list[TrialRun]:
     runs = client.search_runs(
         [population.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{population.run_id}'",
+        filter_string=f"tags.`{PARENT_RUN_TAG}` = '{population.run_id}'",
         max_results=5000,
     )
     out = []
@@ -128,8 +213,8 @@ def trial_runs(client: Any, population: Population) -> list[TrialRun]:
         info, data = run.info, run.data
         trial = TrialRun(
             run_id=info.run_id,
-            name=data.tags.get("mlflow.runName", info.run_name),
-            trial_id=data.tags.get("workbench.trial_id", ""),
+            name=data.tags.get(RUN_NAME_TAG, info.run_name),
+            trial_id=data.tags.get(TRIAL_ID_TAG, ""),
             status=info.status,
             params=dict(data.params),
             metrics=dict(data.metrics),
@@ -154,6 +239,15 @@ def leaderboard(population: Population) -> list[TrialRun]:
 
 def find_trial(client: Any, ref: str, population_ref: str | None, uri: str) -> TrialRun:
     """A trial by run id, or by name (PPO_00003) / trial id within a population."""
+    return find_trial_and_population(client, ref, population_ref, uri)[0]
+
+
+def find_trial_and_population(
+    client: Any, ref: str, population_ref: str | None, uri: str
+) -> tuple[TrialRun, Population]:
+    """`find_trial`, and the population the trial belongs to (with its trials)."""
+    # mlflow takes about a second to import: the inspection commands import this module
+    # before they know the store exists, so that a wrong --store fails at once.
     from mlflow.exceptions import MlflowException
 
     try:
@@ -161,13 +255,13 @@ def find_trial(client: Any, ref: str, population_ref: str | None, uri: str) -> T
     except MlflowException:
         run = None
     if run is not None and run.data.tags.get(ROLE_TAG) == "trial":
-        parent = client.get_run(run.data.tags["mlflow.parentRunId"])
+        parent = client.get_run(run.data.tags[PARENT_RUN_TAG])
         population = find_population(client, parent.info.run_id, uri)
     else:
         population = find_population(client, population_ref, uri)
     for trial in population.trials:
         if ref in (trial.run_id, trial.name, trial.trial_id):
-            return trial
+            return trial, population
     raise ExperimentError.single(
         uri,
         "",
@@ -249,3 +343,122 @@ def metric_histories(client: Any, trial: TrialRun, prefix: str) -> dict[int, dic
         for step, value, _ in metric_history(client, trial.run_id, key):
             out.setdefault(step, {})[key[len(prefix) :]] = value
     return dict(sorted(out.items()))
+
+
+@dataclass
+class TrialDetail:
+    """One trial in detail (`workbench show`): its run, its population, where its searched
+    values changed and the ancestry its final policy went through."""
+
+    trial: TrialRun
+    population: Population
+    schedule: list[tuple[int, int, dict[str, float]]]  # (step, iteration, values)
+    segments: list[Segment]
+    stitched: Schedule
+
+    def to_json(self) -> dict[str, Any]:
+        trial = self.trial
+        return {
+            "run_id": trial.run_id,
+            "name": trial.name,
+            "trial_id": trial.trial_id,
+            "status": trial.status,
+            "population": self.population.name,
+            "params": trial.params,
+            "metrics": trial.metrics,
+            "best_return": _finite_or_none(trial.best_return),
+            "error": trial.error,
+            "schedule": [{"step": s, "iteration": i, "values": v} for s, i, v in self.schedule],
+            "ancestry": [
+                {
+                    "trial_id": seg.trial_id,
+                    "name": seg.trial_name,
+                    "first_iteration": seg.first_iteration,
+                    "last_iteration": seg.last_iteration,
+                }
+                for seg in self.segments
+            ],
+            "stitched_schedule": self.stitched,
+        }
+
+
+def trial_detail(client: Any, ref: str, population_ref: str | None, uri: str) -> TrialDetail:
+    """A trial by run id, or by name / trial id within a population, in detail."""
+    trial, population = find_trial_and_population(client, ref, population_ref, uri)
+    records = lineage_records(client, population)
+    segments, stitched = trial_ancestry(client, population, records, trial)
+    return TrialDetail(trial, population, step_schedule(client, trial), segments, stitched)
+
+
+@dataclass
+class PopulationLineage:
+    """Who cloned whom in a population (`workbench lineage`)."""
+
+    population: Population
+    records: list[LineageRecord]
+
+    @property
+    def best_trial_id(self) -> str | None:
+        best = self.population.best()
+        return best.trial_id if best else None
+
+    @property
+    def trials(self) -> dict[str, tuple[str, int]]:
+        """trial id -> (name, last iteration): the tree's nodes."""
+        return {t.trial_id: (t.name, t.iteration) for t in self.population.trials}
+
+    def tree(self) -> str:
+        """The tree as text, the best trial's ancestry marked."""
+        return render_tree(self.trials, self.records, self.best_trial_id)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [r.to_dict() for r in self.records]
+
+
+def population_lineage(client: Any, ref: str | None, uri: str) -> PopulationLineage:
+    """The exploits of a population by parent run id, name or MLflow experiment."""
+    population = find_population(client, ref, uri)
+    return PopulationLineage(population, lineage_records(client, population))
+
+
+@dataclass
+class Target:
+    """What a `workbench diagnose` TARGET means: a population and the trials to read."""
+
+    uri: str
+    client: Any
+    population: Population
+    trials: list[TrialRun]
+
+
+def find_target(target: str | None, *, store: str | None, population_ref: str | None) -> Target:
+    """A results folder (its store, unless `store` says otherwise), an MLflow experiment /
+    population name / parent run id (every trial), or one trial by run id or name
+    (`population_ref`: the population of a trial name); None: the newest population."""
+    folder = Path(target) if target is not None else None
+    is_folder = folder is not None and (folder / RESOLVED_FILE).is_file()
+    uri = resolve_store(store if store or not is_folder else str(folder))
+    client = client_for(uri)
+    if folder is not None and is_folder:
+        wanted = str(folder.resolve())
+        found = [p for p in populations(client) if p.results_dir == wanted]
+        population = found[0] if found else find_population(client, folder.name, uri)
+        if found:
+            population.trials = trial_runs(client, population)
+        return Target(uri, client, population, list(population.trials))
+    try:
+        population = find_population(client, target, uri)
+        return Target(uri, client, population, list(population.trials))
+    except ExperimentError as not_population:
+        if target is None:  # the store holds no population at all
+            raise
+        try:
+            trial, population = find_trial_and_population(client, target, population_ref, uri)
+        except ExperimentError:
+            raise ExperimentError.single(
+                uri,
+                "",
+                f"{target!r} is neither a results folder, a population, an experiment nor a "
+                f"trial in the store ({not_population.problems[0].message})",
+            ) from None
+        return Target(uri, client, population, [trial])

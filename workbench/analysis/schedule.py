@@ -30,8 +30,18 @@ from typing import Any
 import yaml
 
 from workbench.analysis.lineage import Schedule, Segment
+from workbench.analysis.populations import (
+    find_population,
+    find_trial,
+    lineage_records,
+    trial_ancestry,
+)
 from workbench.errors import ExperimentError
+from workbench.experiment.resolve import load_and_resolve, saved_defaults
+from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import ParamSpec, parse_search_space
+from workbench.experiment.yaml_input import read_yaml
+from workbench.names import RESOLVED_FILE
 
 
 def typed_value(spec: ParamSpec | None, value: Any) -> Any:
@@ -150,14 +160,46 @@ class ExportedSchedule:
     def text(self) -> str:
         return self.header + yaml.safe_dump(self.data, sort_keys=False)
 
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The replay scheduler's steps: {"iteration": i, "values": {...}}."""
+        steps: list[dict[str, Any]] = self.data["scheduler"]["schedule"]
+        return steps
+
+    @property
+    def iterations(self) -> int:
+        """The replay's length (its stop.iterations)."""
+        return int(self.data["stop"]["iterations"])
+
+
+@dataclass
+class WrittenSchedule:
+    """An exported schedule written as an experiment file that validates."""
+
+    exported: ExportedSchedule
+    path: Path
+    results_dir: Path  # where `workbench run path` will write its results
+
+
+def write_schedule(
+    client: Any, uri: str, output: Path, population_ref: str | None, trial_ref: str | None = None
+) -> WrittenSchedule:
+    """`export_schedule` written to `output` (a new file), and checked the way `workbench
+    run` will read it; a file that does not validate is removed again."""
+    exported = export_schedule(client, uri, population_ref, trial_ref)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(exported.text())
+    try:
+        resolved = load_and_resolve(output, check_results=False)
+    except ExperimentError:
+        output.unlink()
+        raise
+    return WrittenSchedule(exported, output, resolved.results_dir)
+
 
 def _source_experiment(client: Any, population: Any, uri: str) -> tuple[dict[str, Any], str]:
     """The population's saved experiment file: in its results folder, else the copy the
     tracker logged to the parent run."""
-    from workbench.experiment.resolve import saved_defaults
-    from workbench.experiment.schema import read_yaml
-    from workbench.names import RESOLVED_FILE
-
     local = Path(population.results_dir) / RESOLVED_FILE if population.results_dir else None
     if local is not None and local.is_file():
         return saved_defaults(read_yaml(local)), str(local)
@@ -179,14 +221,6 @@ def export_schedule(
     client: Any, uri: str, population_ref: str | None, trial_ref: str | None = None
 ) -> ExportedSchedule:
     """The replay experiment of a PBT/PB2 population's trial (default: its best)."""
-    from workbench.analysis.populations import (
-        find_population,
-        find_trial,
-        lineage_records,
-        trial_ancestry,
-    )
-    from workbench.experiment.schema import Experiment
-
     population = find_population(client, population_ref, uri)
     raw, where = _source_experiment(client, population, uri)
     try:

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.populations import find_target
 from workbench.errors import ExperimentError
-from workbench.names import SESSION_FILE
+from workbench.names import RESOLVED_FILE, SESSION_FILE
 
 
 class NothingRunning(ExperimentError):
@@ -105,6 +106,8 @@ def session_address(results_dir: Path) -> str:
             f"nothing is running: Ray's session folder {session} has no GCS port file "
             "(the session is gone)",
         )
+    # Ray takes seconds to import; `workbench diagnose --timeline` says at once when
+    # nothing is running, before it is needed.
     import ray
 
     port = int(port_text)
@@ -147,7 +150,7 @@ def _local_cluster_auth() -> None:
 def capture(address: str, path: Path, seconds: float) -> Capture:
     """Joins the Ray at `address` as a second driver, lets the population run for
     `seconds`, and writes the events of that window as a Chrome trace."""
-    import ray
+    import ray  # heavy: see session_address
 
     if ray.is_initialized():
         raise RuntimeError("capture() joins a running Ray; this process already has one")
@@ -172,3 +175,44 @@ def capture(address: str, path: Path, seconds: float) -> Capture:
     path.write_text(json.dumps(kept))
     counted = dict(sorted(names.items(), key=lambda item: -item[1]))
     return Capture(path, address, start, end, sum(names.values()), counted)
+
+
+def population_address(
+    target: str | None,
+    *,
+    address: str | None = None,
+    store: str | None = None,
+    population_ref: str | None = None,
+) -> str:
+    """The Ray a `workbench diagnose` TARGET's population runs on: `address` when given,
+    else the local Ray its results folder records (the folder itself, or the one MLflow
+    records for an experiment, population or trial name; see `find_target`)."""
+    if address is not None:
+        return address
+    folder = Path(target) if target else None
+    if folder is None or not (folder / RESOLVED_FILE).is_file():
+        # An experiment or run name: its population's results folder, from MLflow.
+        found = find_target(target, store=store, population_ref=population_ref)
+        population = found.population
+        folder = Path(population.results_dir) if population.results_dir else None
+        if folder is None:
+            raise NothingRunning.single(
+                found.uri,
+                "--timeline",
+                f"population {population.name} records no results folder",
+            )
+    return session_address(folder)
+
+
+def capture_population(
+    target: str | None,
+    path: Path,
+    seconds: float,
+    *,
+    address: str | None = None,
+    store: str | None = None,
+    population_ref: str | None = None,
+) -> Capture:
+    """`capture` of the running population a TARGET means (see `population_address`)."""
+    where = population_address(target, address=address, store=store, population_ref=population_ref)
+    return capture(where, path, seconds)

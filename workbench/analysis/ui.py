@@ -31,8 +31,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from workbench.analysis.populations import populations
 from workbench.errors import ExperimentError
-from workbench.tracking.store import ENV_VAR
+from workbench.tracking.store import ENV_VAR, client_for
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -241,9 +242,6 @@ def _population_links(tracking_uri: str, ui_url: str) -> list[str]:
     """Direct links to each experiment's runs table (the UI's front page is MLflow's
     GenAI overview, not the runs)."""
     try:
-        from workbench.analysis.populations import populations
-        from workbench.tracking.store import client_for
-
         found = populations(client_for(tracking_uri))
     except Exception:  # the links are a convenience; the UI works without them
         return []
