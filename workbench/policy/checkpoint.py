@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray.rllib.core.rl_module.rl_module import RLModule
+
 from workbench.errors import ExperimentError
 
 POLICY_ID = "default_policy"
@@ -135,8 +137,6 @@ def _quiet_rllib() -> Iterator[None]:
 
 def load_module(checkpoint: PolicyCheckpoint) -> Any:
     """The checkpoint's RLModule, on CPU, in eval mode."""
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
     with _quiet_rllib():
         module: Any = RLModule.from_checkpoint(checkpoint.module_path.resolve().as_posix())
     module.eval()

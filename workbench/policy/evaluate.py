@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
+import yaml
+from ray.rllib.core.columns import Columns
 
+import sim_ext  # noqa: F401  (registers the sim_ext ids)
 from workbench.errors import ExperimentError
 from workbench.policy.checkpoint import PolicyCheckpoint, load_module
 
@@ -52,8 +56,6 @@ class Policy(torch.nn.Module):
         clip_actions: bool,
         deterministic: bool = True,
     ) -> None:
-        import gymnasium as gym
-
         super().__init__()
         self.module = module
         self.dist_class = module.get_inference_action_dist_cls()
@@ -70,8 +72,6 @@ class Policy(torch.nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        from ray.rllib.core.columns import Columns
-
         out = self.module.forward_inference({Columns.OBS: obs})
         if Columns.ACTIONS in out:
             actions: torch.Tensor = out[Columns.ACTIONS]
@@ -101,10 +101,6 @@ def policy_module(
 
 def make_vector_env(env_id: str, num_envs: int, env_config: dict[str, Any]) -> Any:
     """A vector env of `num_envs` copies: sim_ext's C++ batch, Gymnasium's own otherwise."""
-    import gymnasium as gym
-
-    import sim_ext  # noqa: F401  (registers the sim_ext ids)
-
     mode = "vector_entry_point" if env_id.startswith("sim_ext/") else "sync"
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_config)
 
@@ -201,6 +197,22 @@ def torch_actor(policy: Callable[[torch.Tensor], torch.Tensor]) -> Callable[...,
         return out
 
     return act
+
+
+def parse_env_config(items: list[str] | None, source: str) -> dict[str, Any]:
+    """``--env-config KEY=VALUE`` options (the value read as YAML: 3, 1e-3, true, text)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ExperimentError.single(
+                source, "--env-config", f"{item!r} is not KEY=VALUE (for example substeps=2)"
+            )
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out[key.strip()] = text
+    return out
 
 
 def evaluate_checkpoint(

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from workbench.errors import ExperimentError
 from workbench.policy.checkpoint import PolicyCheckpoint, load_module
 from workbench.policy.evaluate import make_vector_env, policy_module
+from workbench.policy.locate import locate_checkpoint
 
 PROGRAM_FILE = "policy.pt2"
 TORCHSCRIPT_FILE = "policy.pt"
@@ -43,8 +45,6 @@ FORMAT_VERSION = 1
 
 def space_to_json(space: Any) -> dict[str, Any]:
     """A Gymnasium Box or Discrete space as JSON (infinite bounds as "inf"/"-inf")."""
-    import gymnasium as gym
-
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.Box):
@@ -163,6 +163,20 @@ def export_policy(checkpoint: PolicyCheckpoint, folder: Path) -> ExportedPolicy:
     exported = ExportedPolicy(folder=folder, files=files, spec=spec, notes=notes)
     check_files(exported, observations[:17], reference[:17])
     return exported
+
+
+def export_reference(
+    ref: str,
+    folder: Path,
+    *,
+    store: str | None = None,
+    population: str | None = None,
+    env_id: str | None = None,
+) -> ExportedPolicy:
+    """`workbench export-policy`: the policy a RUN|CHECKPOINT reference means (see
+    `locate`), trained on `env_id` if given, exported into a new folder."""
+    _, checkpoint = locate_checkpoint(ref, store=store, population=population, env_id=env_id)
+    return export_policy(checkpoint, folder)
 
 
 def _output_description(to_env: str) -> str:

@@ -9,10 +9,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import Metric, RunTag
+
+from workbench.analysis.populations import find_trial
 from workbench.errors import ExperimentError
-from workbench.names import RESULTS_DIR_TAG
-from workbench.policy.checkpoint import _WHAT_IS_VALID, find_checkpoint, trial_checkpoints
-from workbench.policy.evaluate import Evaluation
+from workbench.experiment.schema import load_experiment
+from workbench.names import (
+    EVAL_METRIC_PREFIX,
+    EVAL_TAG_PREFIX,
+    PARENT_RUN_TAG,
+    RESOLVED_FILE,
+    RESULTS_DIR_TAG,
+    RUN_NAME_TAG,
+)
+from workbench.policy.checkpoint import (
+    _WHAT_IS_VALID,
+    PolicyCheckpoint,
+    check_env,
+    find_checkpoint,
+    read_checkpoint,
+    trial_checkpoints,
+)
+from workbench.policy.evaluate import Evaluation, evaluate_checkpoint, parse_env_config
+from workbench.tracking.store import client_for, resolve_store, tracking_uri_for
 
 
 @dataclass
@@ -27,9 +46,6 @@ class PolicySource:
 
 def locate(ref: str, *, store: str | None = None, population: str | None = None) -> PolicySource:
     """RUN|CHECKPOINT: a checkpoint or trial folder, else an MLflow trial run by id or name."""
-    from workbench.analysis.populations import find_trial
-    from workbench.tracking.store import client_for, resolve_store
-
     path = Path(ref).expanduser()
     if path.exists():
         checkpoint = find_checkpoint(path)
@@ -40,9 +56,9 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     uri = resolve_store(store)
     client = client_for(uri)
     trial = find_trial(client, ref, population, uri)
-    parent = client.get_run(trial.tags["mlflow.parentRunId"])
+    parent = client.get_run(trial.parent_run_id)
     results_dir = parent.data.tags.get(RESULTS_DIR_TAG, "")
-    pop_name = parent.data.tags.get("mlflow.runName", parent.info.run_id)
+    pop_name = parent.data.tags.get(RUN_NAME_TAG, parent.info.run_id)
     label = f"trial {trial.name} (run {trial.run_id}) of population {pop_name}"
     trial_dir = Path(results_dir) / trial.name
     if not results_dir or not Path(results_dir).is_dir():
@@ -66,8 +82,6 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
 
 def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None]:
     """The MLflow store and run of a workbench trial folder ((None, None) if none)."""
-    from workbench.tracking.store import client_for, resolve_store
-
     results_dir = trial_dir.parent
     uri = resolve_store(store) if store is not None else _store_of_results(results_dir)
     if uri is None:
@@ -85,8 +99,8 @@ def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, s
         parent = parents[0]
         children = client.search_runs(
             [parent.info.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' "
-            f"and tags.`mlflow.runName` = '{trial_dir.name}'",
+            filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}' "
+            f"and tags.`{RUN_NAME_TAG}` = '{trial_dir.name}'",
             max_results=1,
         )
     except Exception:  # a store that does not answer: evaluate anyway, log nothing
@@ -96,10 +110,6 @@ def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, s
 
 def _store_of_results(results_dir: Path) -> str | None:
     """The store a workbench results folder logged to, when it is there to be read."""
-    from workbench.experiment.schema import load_experiment
-    from workbench.names import RESOLVED_FILE
-    from workbench.tracking.store import tracking_uri_for
-
     file = results_dir / RESOLVED_FILE
     if not file.is_file():
         return None
@@ -117,20 +127,88 @@ def _store_of_results(results_dir: Path) -> str | None:
 
 def log_evaluation(client: Any, run_id: str, result: Evaluation) -> None:
     """eval/* metrics (step: the checkpoint's iteration) and what was evaluated, as tags."""
-    from mlflow.entities import Metric, RunTag
-
     now = int(time.time() * 1000)
     step = result.training_iteration or 0
     metrics = [
-        Metric(f"eval/{key}", value, now, step)
+        Metric(f"{EVAL_METRIC_PREFIX}{key}", value, now, step)
         for key, value in result.stats().items()
         if math.isfinite(value)
     ]
     tags = [
-        RunTag("workbench.eval.checkpoint", str(result.checkpoint or "")),
-        RunTag("workbench.eval.deterministic", str(result.deterministic).lower()),
-        RunTag("workbench.eval.seed", str(result.seed)),
-        RunTag("workbench.eval.env_config", repr(result.env_config)[:5000]),
+        RunTag(f"{EVAL_TAG_PREFIX}checkpoint", str(result.checkpoint or "")),
+        RunTag(f"{EVAL_TAG_PREFIX}deterministic", str(result.deterministic).lower()),
+        RunTag(f"{EVAL_TAG_PREFIX}seed", str(result.seed)),
+        RunTag(f"{EVAL_TAG_PREFIX}env_config", repr(result.env_config)[:5000]),
     ]
     client.log_batch(run_id, metrics=metrics, tags=tags)
     result.run_id = run_id
+
+
+def locate_checkpoint(
+    ref: str,
+    *,
+    store: str | None = None,
+    population: str | None = None,
+    env_id: str | None = None,
+) -> tuple[PolicySource, PolicyCheckpoint]:
+    """`locate`, the checkpoint read, and refused unless it was trained on `env_id`."""
+    source = locate(ref, store=store, population=population)
+    checkpoint = read_checkpoint(source.checkpoint)
+    check_env(checkpoint, env_id, ref)
+    return source, checkpoint
+
+
+@dataclass
+class LocatedEvaluation:
+    """`workbench eval`: what was evaluated, the evaluation, and where it was logged."""
+
+    source: PolicySource
+    checkpoint: PolicyCheckpoint
+    result: Evaluation
+    logged: str  # where it was logged to MLflow, or why not
+
+    def to_json(self) -> dict[str, Any]:
+        result = self.result
+        return {
+            "checkpoint": str(self.checkpoint.path),
+            "training_iteration": self.checkpoint.training_iteration,
+            "env_id": result.env_id,
+            "env_config": result.env_config,
+            "deterministic": result.deterministic,
+            "seed": result.seed,
+            **result.stats(),
+            "returns": result.returns,
+            "lengths": result.lengths,
+            "run_id": result.run_id,
+        }
+
+
+def evaluate_reference(
+    ref: str,
+    *,
+    store: str | None = None,
+    population: str | None = None,
+    env_id: str | None = None,
+    env_config: list[str] | None = None,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int = 0,
+    log: bool = True,
+) -> LocatedEvaluation:
+    """Evaluates the policy a RUN|CHECKPOINT reference means (see `locate`) and, with
+    `log`, logs it to the trial's MLflow run when there is one. `env_config`: the env's
+    settings to change, as ``KEY=VALUE`` texts (`parse_env_config`)."""
+    source, checkpoint = locate_checkpoint(ref, store=store, population=population, env_id=env_id)
+    overrides = parse_env_config(env_config, ref)
+    result = evaluate_checkpoint(
+        checkpoint,
+        episodes=episodes,
+        deterministic=deterministic,
+        seed=seed,
+        env_config=overrides,
+    )
+    logged = "not logged to MLflow (" + ("--no-log)" if not log else "no trial run found)")
+    if source.run_id and source.uri and log:
+        log_evaluation(client_for(source.uri), source.run_id, result)
+        logged = f"logged to MLflow run {source.run_id} as eval/* ({source.uri})"
+    return LocatedEvaluation(source, checkpoint, result, logged)
