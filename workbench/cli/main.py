@@ -1,6 +1,13 @@
 """The `workbench` command line: a thin face over functions that tests call directly.
 
+Every command parses its options, calls one function of the package and prints what it
+returns (numbers, times and tables: `workbench.cli.format`).
+
 Exit codes: 0 success, 1 the run failed, 2 bad input (nothing was started).
+
+Imports: each handler imports its command's package modules itself (the one place the
+workbench imports inside functions), so that `workbench --help` and the light commands
+start without Ray, torch, MLflow or matplotlib (keep `workbench --help` under ~0.3 s).
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from workbench import __version__
+from workbench.cli.format import num, shown, table, when
 from workbench.errors import ExperimentError
 from workbench.experiment.environments import describe_environments
+from workbench.names import RESOLVED_FILE, RETURN_METRIC
+from workbench.tracking.store import client_for, resolve_store
 
 if TYPE_CHECKING:
-    from workbench.analysis.populations import Population, TrialRun
-    from workbench.analysis.timeline import Capture
+    from workbench.run.summary import RunSummary
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -62,17 +71,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from workbench.experiment.resolve import describe, load_and_resolve
+    from workbench.experiment.resolve import describe, grid_points, load_and_resolve
 
     resolved = load_and_resolve(args.file, args.set or [])
     if args.dry_run:
         print(yaml.safe_dump(describe(resolved), sort_keys=False).rstrip())
         print(f"# {resolved.defaults.summary()}")
         exp = resolved.experiment
-        grid = 1
-        for spec in resolved.search_space.values():
-            if spec.kind == "grid":
-                grid *= len(spec.grid or [])
+        grid = grid_points(resolved.search_space)
         print(
             f"\nWould start {exp.population * grid} trials of {exp.algorithm} on {exp.env.id} "
             f"({exp.population} samples x {grid} grid points), "
@@ -117,18 +123,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exit_code(summary: object) -> int:
+def _exit_code(summary: RunSummary) -> int:
     """0 done, 1 every trial failed, 130 interrupted (as a shell reports Ctrl-C)."""
-    from workbench.run.summary import RunSummary
-
-    assert isinstance(summary, RunSummary)
     if summary.interrupted:
         return 130
     return 1 if summary.errors and summary.errors == len(summary.trials) else 0
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from workbench.names import RESOLVED_FILE
     from workbench.run.results_folder import find_results_dir, population_statuses
 
     results_dir = find_results_dir(args.target)  # before the heavy imports: a typo fails fast
@@ -154,54 +156,20 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return _exit_code(summary)
 
 
-def _store(args: argparse.Namespace) -> tuple[str, object]:
-    from workbench.tracking.store import client_for, resolve_store
-
+def _store(args: argparse.Namespace) -> tuple[str, Any]:
+    """--store as (tracking URI, MLflow client)."""
     uri = resolve_store(args.store)
     return uri, client_for(uri)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _num(value: float | int | None, digits: int = 4) -> str:
-    import math
-
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.{digits}g}"
-    return str(int(value))
-
-
-def _shown(value: object) -> str:
-    if value is None:
-        return "-"
-    return _num(value) if isinstance(value, float) else str(value)
-
-
-def _when(ms: int | None) -> str:
-    import datetime as dt
-
-    if not ms:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import find_population, leaderboard, populations, trial_runs
+    from workbench.analysis.populations import find_population, leaderboard, populations
 
     uri, client = _store(args)
     if args.experiment is None:
-        found = populations(client)
-        for pop in found:
-            pop.trials = trial_runs(client, pop)
+        found = populations(client, with_trials=True)
         if args.json:
-            print(json.dumps([_population_json(p) for p in found], indent=2))
+            print(json.dumps([p.to_json() for p in found], indent=2))
             return 0
         if not found:
             print(f"No populations in {uri} yet.")
@@ -215,21 +183,21 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                     pop.name,
                     pop.status,
                     str(len(pop.trials)),
-                    _num(best.best_return if best else None),
+                    num(best.best_return if best else None),
                     best.name if best else "-",
-                    _when(pop.start_ms),
+                    when(pop.start_ms),
                     pop.run_id,
                 ]
             )
         print(f"Populations in {uri}:")
         headers = ["experiment", "population", "status", "trials", "best return", "best trial"]
-        print(_table([*headers, "started", "run id"], rows))
+        print(table([*headers, "started", "run id"], rows))
         return 0
     pop = find_population(client, args.experiment, uri)
-    board = leaderboard(pop)
     if args.json:
-        print(json.dumps(_population_json(pop), indent=2))
+        print(json.dumps(pop.to_json(), indent=2))
         return 0
+    board = leaderboard(pop)
     hps = sorted({k for t in board for k in t.hyperparameters()})
     rows = [
         [
@@ -238,264 +206,121 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             t.status,
             str(t.iteration),
             str(t.env_steps),
-            _num(t.best_return),
-            _num(t.last_return),
-            _num(t.metrics.get("eval/return_mean")),
-            t.tags.get("workbench.cloned_from", "-"),
-            *(_shown(t.hyperparameters().get(k)) for k in hps),
+            num(t.best_return),
+            num(t.last_return),
+            num(t.eval_return),
+            shown(t.cloned_from),
+            *(shown(t.hyperparameters().get(k)) for k in hps),
         ]
         for rank, t in enumerate(board, 1)
     ]
     print(f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):")
     headers = ["#", "trial", "status", "iter", "env steps", "best return", "last return"]
-    print(_table([*headers, "eval return", "cloned from", *hps], rows))
+    print(table([*headers, "eval return", "cloned from", *hps], rows))
     return 0
 
 
-def _population_json(pop: object) -> dict[str, object]:
-    from workbench.analysis.populations import Population, leaderboard
-
-    assert isinstance(pop, Population)
-    return {
-        "run_id": pop.run_id,
-        "name": pop.name,
-        "experiment": pop.experiment,
-        "status": pop.status,
-        "start_ms": pop.start_ms,
-        "end_ms": pop.end_ms,
-        "results_dir": pop.results_dir,
-        "trials": [
-            {
-                "run_id": t.run_id,
-                "name": t.name,
-                "trial_id": t.trial_id,
-                "status": t.status,
-                "iteration": t.iteration,
-                "env_steps": t.env_steps,
-                "best_return": None if t.best_return != t.best_return else t.best_return,
-                "last_return": None if t.last_return != t.last_return else t.last_return,
-                "cloned_from": t.tags.get("workbench.cloned_from"),
-                "eval_return": t.metrics.get("eval/return_mean"),
-                "hyperparameters": t.hyperparameters(),
-            }
-            for t in leaderboard(pop)
-        ],
-    }
-
-
 def _cmd_show(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import (
-        find_population,
-        find_trial,
-        lineage_records,
-        step_schedule,
-        trial_ancestry,
-    )
-    from workbench.names import RETURN_METRIC
+    from workbench.analysis.populations import trial_detail
 
     uri, client = _store(args)
-    trial = find_trial(client, args.run, args.population, uri)
-    parent = client.get_run(trial.tags["mlflow.parentRunId"])  # type: ignore[attr-defined]
-    pop = find_population(client, parent.info.run_id, uri)
-    records = lineage_records(client, pop)
-    segments, stitched = trial_ancestry(client, pop, records, trial)
-    schedule = step_schedule(client, trial)
+    detail = trial_detail(client, args.run, args.population, uri)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "run_id": trial.run_id,
-                    "name": trial.name,
-                    "trial_id": trial.trial_id,
-                    "status": trial.status,
-                    "population": pop.name,
-                    "params": trial.params,
-                    "metrics": trial.metrics,
-                    "best_return": None
-                    if trial.best_return != trial.best_return
-                    else trial.best_return,
-                    "error": trial.tags.get("workbench.error"),
-                    "schedule": [{"step": s, "iteration": i, "values": v} for s, i, v in schedule],
-                    "ancestry": [
-                        {
-                            "trial_id": seg.trial_id,
-                            "name": seg.trial_name,
-                            "first_iteration": seg.first_iteration,
-                            "last_iteration": seg.last_iteration,
-                        }
-                        for seg in segments
-                    ],
-                    "stitched_schedule": stitched,
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        print(json.dumps(detail.to_json(), indent=2, default=str))
         return 0
-    print(f"Trial {trial.name} ({trial.trial_id}) of population {pop.name}: {trial.status}")
-    print(f"  run id {trial.run_id}; started {_when(trial.start_ms)}, ended {_when(trial.end_ms)}")
-    if "workbench.error" in trial.tags:
-        print("  error: " + trial.tags["workbench.error"].strip().splitlines()[-1])
+    trial = detail.trial
+    print(
+        f"Trial {trial.name} ({trial.trial_id}) of population {detail.population.name}: "
+        f"{trial.status}"
+    )
+    print(f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}")
+    if trial.error is not None:
+        print("  error: " + trial.error.strip().splitlines()[-1])
     print("Initial hyperparameters (params):")
     for key, value in sorted(trial.params.items()):
         print(f"  {key} = {value}")
     print("Final metrics:")
     for key in sorted(trial.metrics):
         if not key.startswith("hp/"):
-            print(f"  {key} = {_num(trial.metrics[key], 6)}")
-    print(f"  best {RETURN_METRIC} = {_num(trial.best_return, 6)}")
+            print(f"  {key} = {num(trial.metrics[key], 6)}")
+    print(f"  best {RETURN_METRIC} = {num(trial.best_return, 6)}")
     print("Hyperparameter schedule (step, iteration: values where they changed):")
-    for step, iteration, values in schedule:
-        shown = ", ".join(f"{k}={_num(v)}" for k, v in values.items())
-        print(f"  step {step:>4}, iteration {iteration:>4}: {shown}")
+    for step, iteration, values in detail.schedule:
+        changed = ", ".join(f"{k}={num(v)}" for k, v in values.items())
+        print(f"  step {step:>4}, iteration {iteration:>4}: {changed}")
     print("Ancestry (the training its final policy went through):")
-    for seg in segments:
+    for seg in detail.segments:
         print(f"  {seg.trial_name}: iterations {seg.first_iteration}-{seg.last_iteration}")
     return 0
 
 
 def _cmd_lineage(args: argparse.Namespace) -> int:
-    from workbench.analysis.lineage import render_tree
-    from workbench.analysis.populations import find_population, lineage_records
+    from workbench.analysis.populations import population_lineage
 
     uri, client = _store(args)
-    pop = find_population(client, args.experiment, uri)
-    records = lineage_records(client, pop)
-    best = pop.best()
-    trials = {t.trial_id: (t.name, t.iteration) for t in pop.trials}
+    lineage = population_lineage(client, args.experiment, uri)
+    pop = lineage.population
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2, default=str))
+        print(json.dumps(lineage.to_json(), indent=2, default=str))
     else:
-        print(f"Lineage of population {pop.name} ({len(records)} exploits):")
-        print(render_tree(trials, records, best.trial_id if best else None))
+        print(f"Lineage of population {pop.name} ({len(lineage.records)} exploits):")
+        print(lineage.tree())
     if args.png:
         from workbench.analysis.plots import lineage_tree
 
         path = lineage_tree(
-            trials, records, args.png, best=best.trial_id if best else None, title=pop.name
+            lineage.trials,
+            lineage.records,
+            args.png,
+            best=lineage.best_trial_id,
+            title=pop.name,
         )
         print(f"Lineage tree written to {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
-def _diagnosis_target(args: argparse.Namespace) -> tuple[str, Any, Population, list[TrialRun]]:
-    """(store URI, client, population, trials) for `workbench diagnose`'s TARGET: a
-    results folder, an experiment/population name or parent run id, or one trial."""
-    from workbench.analysis.populations import find_population, find_trial, populations, trial_runs
-    from workbench.names import RESOLVED_FILE
-    from workbench.tracking.store import client_for, resolve_store
-
-    target = args.target
-    folder = Path(target) if target is not None else None
-    is_folder = folder is not None and (folder / RESOLVED_FILE).is_file()
-    uri = resolve_store(args.store if args.store or not is_folder else str(folder))
-    client = client_for(uri)
-    if is_folder:
-        assert folder is not None
-        wanted = str(folder.resolve())
-        found = [p for p in populations(client) if p.results_dir == wanted]
-        pop = found[0] if found else find_population(client, folder.name, uri)
-        if found:
-            pop.trials = trial_runs(client, pop)
-        return uri, client, pop, list(pop.trials)
-    try:
-        pop = find_population(client, target, uri)
-        return uri, client, pop, list(pop.trials)
-    except ExperimentError as not_population:
-        try:
-            trial = find_trial(client, target, args.population, uri)
-        except ExperimentError:
-            raise ExperimentError.single(
-                uri,
-                "",
-                f"{target!r} is neither a results folder, a population, an experiment nor a "
-                f"trial in the store ({not_population.problems[0].message})",
-            ) from None
-        parent = client.get_run(trial.tags["mlflow.parentRunId"])  # type: ignore[attr-defined]
-        pop = find_population(client, parent.info.run_id, uri)
-        return uri, client, pop, [trial]
-
-
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from workbench.analysis.diagnosis import diagnose
-    from workbench.analysis.populations import metric_histories
-    from workbench.trial.time_split import PREFIX, TimeSplit, steady, total
+    from workbench.analysis.diagnosis import diagnose_target
+    from workbench.analysis.timeline import capture_population
 
     capture = None
     if args.timeline:
-        capture = _capture_timeline(args)
+        capture = capture_population(
+            args.target,
+            Path(args.timeline),
+            args.timeline_seconds,
+            address=args.address,
+            store=args.store,
+            population_ref=args.population,
+        )
         for line in capture.lines():
             print(line, file=sys.stderr if args.json else sys.stdout)
-    uri, client, pop, trials = _diagnosis_target(args)
-    prefix = PREFIX + "/"
-    reports = []
-    shares: dict[str, list[tuple[float, float, float, float, float]]] = {}
-    steady_splits = []
-    for trial in trials:
-        history = metric_histories(client, trial, prefix)
-        splits = [TimeSplit.from_metrics(m) for m in history.values()]
-        used, left_out = steady(splits)
-        steady_splits.extend(used)
-        report = diagnose(f"Trial {trial.name}", total(used), left_out)
-        reports.append(report)
-        shares[trial.name] = [
-            (
-                float(step),
-                s.sampling_fraction,
-                s.learner_fraction,
-                s.sync_fraction,
-                s.rest_fraction,
-            )
-            for step, s in zip(history, splits, strict=True)
-            if s.iteration_s > 0
-        ]
-    population = None
-    if len(trials) > 1:
-        population = diagnose(
-            f"Population {pop.name} ({len(trials)} trials together)",
-            total(steady_splits),
-        )
-        counts: dict[str, int] = {}
-        for report in reports:
-            counts[report.verdict] = counts.get(report.verdict, 0) + 1
-        population.evidence.insert(
-            0, "trials: " + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
-        )
+    found = diagnose_target(args.target, store=args.store, population_ref=args.population)
+    pop = found.population
     if args.png:
         from workbench.analysis.plots import time_split
 
         path = time_split(
-            shares,
+            found.shares,
             args.png,
             title=f"{pop.name}: where each iteration's time goes",
-            subtitles={t.name: r.verdict for t, r in zip(trials, reports, strict=True)},
+            subtitles=found.verdicts,
         )
         print(f"Time split written to {path}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "store": uri,
-                    "population": pop.name,
-                    "run_id": pop.run_id,
-                    "trials": [r.to_json() for r in reports],
-                    "population_diagnosis": population.to_json() if population else None,
-                    "timeline": str(capture.path) if capture else None,
-                },
-                indent=2,
-            )
-        )
+        timeline = str(capture.path) if capture else None
+        print(json.dumps({**found.to_json(), "timeline": timeline}, indent=2))
         return 0
     print(f"Where the time goes in population {pop.name} ({pop.experiment}, {pop.status}):")
-    if not any(r.split.iterations for r in reports):
+    if not found.has_figures:
         print(
             "  no iteration has timing figures yet (workbench/* metrics: they come with "
             "every result of a trial run by this version of the workbench)"
         )
-    for report in reports:
+    for report in found.reports:
         print("\n".join(report.lines()))
-    if population is not None:
-        print("\n".join(population.lines()))
+    if found.population_report is not None:
+        print("\n".join(found.population_report.lines()))
     print(
         "Figures: seconds per iteration recovered from RLlib's EMA timers (coeff 0.01: "
         "x_n = (E_n - 0.99 E_(n-1)) / 0.01, exact with one training_step per iteration), "
@@ -503,41 +328,6 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         "learner's consumption rate / one runner's sampling rate. See docs/diagnosis.md."
     )
     return 0
-
-
-def _capture_timeline(args: argparse.Namespace) -> Capture:
-    from workbench.analysis.timeline import NothingRunning, capture, session_address
-    from workbench.names import RESOLVED_FILE
-
-    address = args.address
-    if address is None:
-        folder = Path(args.target) if args.target else None
-        if folder is None or not (folder / RESOLVED_FILE).is_file():
-            # An experiment or run name: its population's results folder, from MLflow.
-            uri, _client, pop, _trials = _diagnosis_target(args)
-            folder = Path(pop.results_dir) if pop.results_dir else None
-            if folder is None:
-                raise NothingRunning.single(
-                    uri, "--timeline", f"population {pop.name} records no results folder"
-                )
-        address = session_address(folder)
-    return capture(address, Path(args.timeline), args.timeline_seconds)
-
-
-def _key_values(items: list[str] | None, option: str, source: str) -> dict[str, object]:
-    """``KEY=VALUE`` options (the value read as YAML: 3, 1e-3, true, text)."""
-    out: dict[str, object] = {}
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ExperimentError.single(
-                source, option, f"{item!r} is not KEY=VALUE (for example substeps=2)"
-            )
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            out[key.strip()] = text
-    return out
 
 
 def _positive_int(text: str) -> int:
@@ -548,76 +338,45 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from workbench.policy.checkpoint import check_env, read_checkpoint
-    from workbench.policy.evaluate import evaluate_checkpoint
-    from workbench.policy.locate import locate, log_evaluation
+    from workbench.policy.locate import evaluate_reference
 
-    source = locate(args.run, store=args.store, population=args.population)
-    checkpoint = read_checkpoint(source.checkpoint)
-    check_env(checkpoint, args.env, args.run)
-    overrides = _key_values(args.env_config, "--env-config", args.run)
-    result = evaluate_checkpoint(
-        checkpoint,
+    done = evaluate_reference(
+        args.run,
+        store=args.store,
+        population=args.population,
+        env_id=args.env,
+        env_config=args.env_config,
         episodes=args.episodes,
         deterministic=not args.stochastic,
         seed=args.seed,
-        env_config=overrides,
+        log=not args.no_log,
     )
-    logged = "not logged to MLflow (" + ("--no-log)" if args.no_log else "no trial run found)")
-    if source.run_id and source.uri and not args.no_log:
-        from workbench.tracking.store import client_for
-
-        log_evaluation(client_for(source.uri), source.run_id, result)
-        logged = f"logged to MLflow run {source.run_id} as eval/* ({source.uri})"
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "checkpoint": str(checkpoint.path),
-                    "training_iteration": checkpoint.training_iteration,
-                    "env_id": result.env_id,
-                    "env_config": result.env_config,
-                    "deterministic": result.deterministic,
-                    "seed": result.seed,
-                    **result.stats(),
-                    "returns": result.returns,
-                    "lengths": result.lengths,
-                    "run_id": result.run_id,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(done.to_json(), indent=2))
         return 0
+    source, checkpoint, result = done.source, done.checkpoint, done.result
     print(f"Evaluated {source.label}")
     if source.label != str(checkpoint.path):
         print(f"  checkpoint {checkpoint.path}")
     print(f"  saved at iteration {checkpoint.training_iteration}")
     print(f"  {result.summary()}")
-    for note in [*result.notes, logged]:
+    for note in [*result.notes, done.logged]:
         print(f"  {note}")
     return 0
 
 
 def _cmd_export_schedule(args: argparse.Namespace) -> int:
-    from workbench.analysis.schedule import export_schedule
-    from workbench.experiment.resolve import load_and_resolve
+    from workbench.analysis.schedule import write_schedule
 
     output = Path(args.output)
     if output.exists():
         raise ExperimentError.single(str(output), "-o", "exists; give a new file name")
     uri, client = _store(args)
-    exported = export_schedule(client, uri, args.experiment, args.trial)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(exported.text())
-    try:
-        resolved = load_and_resolve(output, check_results=False)
-    except ExperimentError:
-        output.unlink()
-        raise
-    steps = exported.data["scheduler"]["schedule"]
+    written = write_schedule(client, uri, output, args.experiment, args.trial)
+    exported = written.exported
     print(
         f"Schedule of {exported.trial} (population {exported.population}) written to "
-        f"{output}: {len(steps)} steps over {exported.data['stop']['iterations']} iterations"
+        f"{output}: {len(exported.steps)} steps over {exported.iterations} iterations"
     )
     print(
         "Ancestry: "
@@ -625,31 +384,31 @@ def _cmd_export_schedule(args: argparse.Namespace) -> int:
             f"{s.trial_name} {s.first_iteration}-{s.last_iteration}" for s in exported.segments
         )
     )
-    for step in steps:
-        shown = ", ".join(
-            f"{k}={_num(v) if isinstance(v, int | float) else v}" for k, v in step["values"].items()
+    for step in exported.steps:
+        values = ", ".join(
+            f"{k}={num(v) if isinstance(v, int | float) else v}" for k, v in step["values"].items()
         )
-        print(f"  iteration {step['iteration']:>4}: {shown}")
-    print(f"Replay it with `workbench run {output}` (results in {resolved.results_dir})")
+        print(f"  iteration {step['iteration']:>4}: {values}")
+    print(f"Replay it with `workbench run {output}` (results in {written.results_dir})")
     return 0
 
 
 def _cmd_export_policy(args: argparse.Namespace) -> int:
-    from workbench.policy.checkpoint import check_env, read_checkpoint
-    from workbench.policy.export import export_policy
-    from workbench.policy.locate import locate
+    from workbench.policy.export import export_reference
 
-    source = locate(args.run, store=args.store, population=args.population)
-    checkpoint = read_checkpoint(source.checkpoint)
-    check_env(checkpoint, args.env, args.run)
-    exported = export_policy(checkpoint, Path(args.output))
+    exported = export_reference(
+        args.run,
+        Path(args.output),
+        store=args.store,
+        population=args.population,
+        env_id=args.env,
+    )
     print("\n".join(exported.lines()))
     return 0
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
     from workbench.analysis.ui import serve_forever
-    from workbench.tracking.store import resolve_store
 
     return serve_forever(resolve_store(args.store), "127.0.0.1", args.port)
 
