@@ -22,6 +22,7 @@ from workbench.experiment.algorithms import (
     training_parameters,
     tune_key,
 )
+from workbench.experiment.bounds import BOUNDS, Bound, not_finite, value_problem
 from workbench.experiment.schema import (
     AshaSection,
     Experiment,
@@ -92,7 +93,7 @@ def resolve(
                 )
             )
 
-    for name in experiment.training:
+    for name, value in experiment.training.items():
         if name not in valid_params:
             problems.append(
                 Problem(
@@ -101,6 +102,8 @@ def resolve(
                     f"{algo} has no hyperparameter {name!r}{did_you_mean(name, valid_params)}",
                 )
             )
+        elif (why := value_problem(name, value)) is not None:
+            problems.append(Problem(where, f"training.{name}", why))
 
     space, space_file = _search_space(experiment, file, problems)
     for name in space:
@@ -126,12 +129,36 @@ def resolve(
                     "is both fixed here and searched in search_space; keep one",
                 )
             )
+        else:
+            origin = (
+                f"search_space.params.{name}"
+                if name in experiment.search_space.params
+                else f"search_space.file ({space_file}): {name}"
+            )
+            problems += [Problem(where, origin, why) for why in block_problems(name, space[name])]
     _check_search(experiment, space, where, problems)
     replayed = _check_replay(experiment, space, valid_params, where, problems)
     _check_combinations(experiment, where, problems)
     _check_model(experiment, where, problems)
 
-    results_dir = Path(experiment.storage).expanduser().resolve() / experiment.name
+    points = grid_points(space)
+    if experiment.population * points > experiment.max_trials:
+        grid = f" x {points:,} grid points" if points > 1 else ""
+        problems.append(
+            Problem(
+                where,
+                "population" if points == 1 else "search_space",
+                f"would start {experiment.population * points:,} trials (population "
+                f"{experiment.population:,}{grid}), more than max_trials "
+                f"{experiment.max_trials:,}; shrink the search, or raise max_trials to confirm it",
+            )
+        )
+    storage = Path(experiment.storage).expanduser()
+    if storage.exists() and not storage.is_dir():
+        problems.append(
+            Problem(where, "storage", f"{storage} is a file; storage must be a folder")
+        )
+    results_dir = storage.resolve() / experiment.name
     if check_results:
         _check_results_dir(results_dir, experiment, where, problems)
     if problems:
@@ -200,10 +227,20 @@ def _check_env(
             )
         )
         return None, None
+    config = experiment.env.config
+    bad = [
+        Problem(where, f"env.config.{key}", why)
+        for key, value in config.items()
+        if (why := _env_value_problem(key, value)) is not None
+    ]
+    if bad:
+        problems += bad
+        return None, None
     try:
-        env = gym.make(env_id, **experiment.env.config)
-    except (TypeError, ValueError) as err:
-        problems.append(Problem(where, "env.config", str(err)))
+        env = gym.make(env_id, **config)
+    except (TypeError, ValueError, AssertionError) as err:
+        # The env's own checks (sim_ext names the valid keys), or Gymnasium's asserts.
+        problems.append(Problem(where, "env.config", str(err) or type(err).__name__))
         return None, None
     try:
         space = env.action_space
@@ -215,6 +252,16 @@ def _check_env(
         return None, env.observation_space
     finally:
         env.close()  # type: ignore[no-untyped-call]
+
+
+# Keywords gym.make itself takes (not the env's): their values are Gymnasium's to check,
+# and it asserts instead of raising a ValueError.
+_GYM_MAKE_INTS = {"max_episode_steps": Bound(integer=True, low=1, high=10**9)}
+
+
+def _env_value_problem(key: str, value: Any) -> str | None:
+    bound = _GYM_MAKE_INTS.get(key)
+    return bound.problem(value) if bound is not None else not_finite(value)
 
 
 def _check_model(experiment: Experiment, where: str, problems: list[Problem]) -> None:
@@ -407,6 +454,10 @@ def _check_replay(
             problems.append(
                 Problem(where, field, "is both searched (search_space) and replayed; keep one")
             )
+    for index, step in enumerate(scheduler.schedule):
+        for name, value in step.values.items():
+            if (why := value_problem(name, value)) is not None:
+                problems.append(Problem(where, f"scheduler.schedule.{index}.values.{name}", why))
     return names
 
 
@@ -470,6 +521,35 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                 "wall_time_s, trial_time_s or metrics), or the trials never end",
             )
         )
+
+
+def grid_points(space: SearchSpace) -> int:
+    """How many configurations the grid blocks make together (1 without grids)."""
+    points = 1
+    for spec in space.values():
+        if spec.kind == "grid":
+            points *= len(spec.grid or [])
+    return points
+
+
+def block_problems(name: str, spec: ParamSpec) -> list[str]:
+    """Why a search-space block can produce values hyperparameter ``name`` cannot take."""
+    bound = BOUNDS.get(name)
+    if spec.categorical:
+        values = list(getattr(spec, spec.kind))
+        return [f"{spec.kind} value {why}" for v in values if (why := value_problem(name, v))]
+    low, high = spec.bounds  # type: ignore[misc]
+    out = [
+        f"{spec.kind} {edge} {why}"
+        for edge, value in (("low", low), ("high", high))
+        if (why := value_problem(name, value))
+    ]
+    if bound is not None and bound.integer and spec.kind in ("uniform", "loguniform"):
+        out.append(
+            f"{name} is an integer and {spec.kind} draws real numbers; use randint, "
+            "quniform with an integer q, or choice"
+        )
+    return out
 
 
 def _check_results_dir(

@@ -46,8 +46,18 @@ REPORTED_METRICS = frozenset(
 )
 
 
+# Counts beyond what a Ray cluster could hold or a person could mean: a bigger number is a
+# typo (population 10**12 started trial folders until it was killed).
+MAX_TRIALS_EVER = 1_000_000
+MAX_RUNNERS = 10_000  # env runners of one trial
+MAX_ENVS = 1_000_000  # environments of one runner
+MAX_CPUS = 1024.0  # CPUs of one bundle (one node's worth, generously)
+MAX_GPUS = 64.0
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Unknown keys are errors; so are .nan and .inf wherever a number goes.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class EnvSection(_Strict):
@@ -187,7 +197,9 @@ class SearchSection(_Strict):
         description="random: sample each block; grid: only grid blocks (all "
         "combinations); optuna: Optuna's TPE (not with PBT/PB2, which mutate configs).",
     )
-    seed: int | None = Field(None, description="Seed of the searcher (defaults to `seed`).")
+    seed: int | None = Field(
+        None, ge=0, le=2**32 - 1, description="Seed of the searcher (defaults to `seed`)."
+    )
 
 
 class StopSection(_Strict):
@@ -285,12 +297,18 @@ class EnvRunnersSection(_Strict):
     """The env runners of one trial: actors that step the environments (sampling)."""
 
     count: NonNegativeInt = Field(
-        0, description="Remote env runners (0: sample in the trial's main process)."
+        0,
+        le=MAX_RUNNERS,
+        description="Remote env runners (0: sample in the trial's main process).",
     )
     cpus_each: PositiveFloat = Field(
-        1.0, description="CPUs of each runner's bundle (fractions let runners share a core)."
+        1.0,
+        le=MAX_CPUS,
+        description="CPUs of each runner's bundle (fractions let runners share a core).",
     )
-    envs_per_runner: PositiveInt = Field(8, description="Environments each runner steps.")
+    envs_per_runner: PositiveInt = Field(
+        8, le=MAX_ENVS, description="Environments each runner steps."
+    )
     vectorize: VectorizeMode = Field(
         "auto",
         description="How a runner batches its environments (RLlib's gym_env_vectorize_mode): "
@@ -312,18 +330,22 @@ class ResourcesSection(_Strict):
 
     cpus_main: PositiveFloat = Field(
         1.0,
+        le=MAX_CPUS,
         description="CPUs of the trial's main process (with num_learners 0 it also hosts "
         "the learner; fractions let several small trials share a core).",
     )
     num_learners: NonNegativeInt = Field(
-        0, description="Remote learner actors (0: learn in the trial's main process)."
+        0,
+        le=MAX_RUNNERS,
+        description="Remote learner actors (0: learn in the trial's main process).",
     )
     gpus_per_learner: NonNegativeFloat = Field(
         0.0,
+        le=MAX_GPUS,
         description="GPUs of each learner (with num_learners 0: of the main process). "
         "A fraction lets trials share a GPU (one learner per trial); above 1, whole GPUs.",
     )
-    cpus_per_learner: NonNegativeFloat | Literal["auto"] = Field(
+    cpus_per_learner: Annotated[float, Field(ge=0, le=MAX_CPUS)] | Literal["auto"] = Field(
         "auto",
         description="CPUs of each learner; 'auto' is RLlib's rule: 1 without a GPU, 0 with one.",
     )
@@ -450,7 +472,9 @@ class EvaluationSection(_Strict):
         description="'best': when the population ends, roll out the best trial's last "
         "checkpoint and log eval/* to its MLflow run; 'none': skip it.",
     )
-    episodes: PositiveInt = Field(10, description="Episodes to roll out (seeds seed, seed+1, ...).")
+    episodes: PositiveInt = Field(
+        10, le=100_000, description="Episodes to roll out (seeds seed, seed+1, ...)."
+    )
     deterministic: bool = Field(
         True,
         description="Act with the policy's most likely action (argmax, or the mean of a "
@@ -461,7 +485,11 @@ class EvaluationSection(_Strict):
 class Experiment(_Strict):
     """A population search: what trains, on what, searched how, stopped when, stored where."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Names the results.")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=100,
+        description="Names the results (letters, digits, _ . -; at most 100 characters).",
+    )
     algorithm: str = Field(description=f"One of {', '.join(ALGORITHMS)}.")
     env: EnvSection
     training: dict[str, Any] = Field(
@@ -474,10 +502,19 @@ class Experiment(_Strict):
     scheduler: SchedulerSection = Field(default_factory=lambda: FifoSection(type="fifo"))
     search: SearchSection = Field(default_factory=SearchSection)
     population: PositiveInt = Field(
-        4, alias="num_samples", description="Trials (num_samples; per grid point with grids)."
+        4,
+        alias="num_samples",
+        le=MAX_TRIALS_EVER,
+        description="Trials (num_samples; per grid point with grids).",
     )
     max_concurrent: PositiveInt | None = Field(
-        None, description="Trials running at once (default: as many as fit)."
+        None, le=MAX_TRIALS_EVER, description="Trials running at once (default: as many as fit)."
+    )
+    max_trials: PositiveInt = Field(
+        10_000,
+        le=MAX_TRIALS_EVER,
+        description="The most trials (population x grid points) this file may start: a "
+        "larger search is refused before anything starts; raise it to confirm one.",
     )
     stop: StopSection = Field(default_factory=StopSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
@@ -513,7 +550,12 @@ class Experiment(_Strict):
     )
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection)
     storage: str = Field("results", description="Results folder; this run goes to storage/name.")
-    seed: int = Field(0, description="Seeds searchers, PBT's choices and every trial's streams.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**32 - 1,
+        description="Seeds searchers, PBT's choices and every trial's streams.",
+    )
 
     @field_validator("algorithm")
     @classmethod

@@ -21,7 +21,7 @@ import gymnasium as gym
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.errors import ExperimentError, Problem
-from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.resolve import ResolvedExperiment, grid_points
 from workbench.plan.resources import (
     Cluster,
     TrialRequest,
@@ -168,14 +168,6 @@ class Plan:
         }
 
 
-def grid_points(resolved: ResolvedExperiment) -> int:
-    points = 1
-    for spec in resolved.search_space.values():
-        if spec.kind == "grid":
-            points *= len(spec.grid or [])
-    return points
-
-
 def with_resources(resolved: ResolvedExperiment, **changes: Any) -> ResolvedExperiment:
     """A copy whose resources section has these fields changed (env_runners: a dict)."""
     exp = resolved.experiment
@@ -237,7 +229,7 @@ def make_plan(
             "trial and says resources.no_gpu: cpu_fallback, so its learners train on "
             "CPU (the bundles below are the fallback's; expect slower learning)"
         )
-    points = grid_points(resolved)
+    points = grid_points(resolved.search_space)
     trials = exp.population * points
     limit = min(trials, exp.max_concurrent or trials)
     fit = concurrent_trials(request, cluster, limit)

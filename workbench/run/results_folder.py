@@ -12,15 +12,29 @@ from workbench.names import RESOLVED_FILE
 
 
 def population_statuses(results_dir: Path) -> dict[str, str]:
-    """Trial id -> Tune status, from the newest experiment-state snapshot ({} if none)."""
+    """Trial id -> Tune status, from the newest experiment-state snapshot ({} if none).
+
+    Raises ExperimentError (exit 2) when the snapshot is not one Tune could resume from
+    (truncated, edited, a folder): said before Ray starts, not as Tune's traceback."""
     snapshots = sorted(results_dir.glob("experiment_state-*.json"))
     if not snapshots:
         return {}
-    data = json.loads(snapshots[-1].read_text())
-    out: dict[str, str] = {}
-    for trial_json, _runtime in data.get("trial_data", []):
-        trial = json.loads(trial_json)
-        out[str(trial.get("trial_id"))] = str(trial.get("status"))
+    newest = snapshots[-1]
+    try:
+        data = json.loads(newest.read_text())
+        out: dict[str, str] = {}
+        for trial_json, _runtime in data["trial_data"]:
+            trial = json.loads(trial_json)
+            out[str(trial["trial_id"])] = str(trial["status"])
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as err:
+        why = err.strerror if isinstance(err, OSError) else f"{type(err).__name__}: {err}"
+        raise ExperimentError.single(
+            str(newest),
+            "",
+            f"Tune's experiment state cannot be read ({why}); it is truncated or was edited, "
+            "so the population cannot be resumed from it. Put back an intact copy, or start "
+            "the experiment anew with `workbench run`",
+        ) from None
     return out
 
 
@@ -40,6 +54,7 @@ def find_results_dir(ref: str, storage: str = "results") -> Path:
                     "this results folder holds no Tune state (tuner.pkl): the run stopped "
                     "before it started; start it again with `workbench run`",
                 )
+            population_statuses(path)  # a damaged state is told now, not by Tune
             return path.resolve()
     tried = ", ".join(str(p) for p in candidates)
     raise ExperimentError.single(
