@@ -1,5 +1,6 @@
 """Policy checkpoints without training: RLlib's own LearnerGroup, built and saved in this
-process (no Ray), which is the part of an algorithm checkpoint a policy is read from."""
+process (no Ray), which is the part of an algorithm checkpoint a policy is read from; and
+what the policy does, computed with RLlib's own pieces in a plain loop."""
 
 from __future__ import annotations
 
@@ -57,3 +58,35 @@ def rllib_actor(checkpoint: Path) -> Callable[[np.ndarray], np.ndarray]:
         return np.asarray(actions)
 
     return act
+
+
+def plain_rollout(checkpoint: Path, episodes: int, seed: int) -> tuple[list[float], list[int]]:
+    """One `gym.make` env per episode (episode k from seed + k), one observation at a
+    time through RLlib's module: what `evaluate` must reproduce with its batches."""
+    info = read_checkpoint(checkpoint)
+    act = rllib_actor(checkpoint)
+    returns: list[float] = []
+    lengths: list[int] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one observation at a time: threads only wait on each other
+    try:
+        for k in range(episodes):
+            episode_return, length = _episode(act, info.env_id, info.env_config, seed + k)
+            returns.append(episode_return)
+            lengths.append(length)
+    finally:
+        torch.set_num_threads(threads)
+    return returns, lengths
+
+
+def _episode(act: Any, env_id: str, env_config: dict[str, Any], seed: int) -> tuple[float, int]:
+    env = gym.make(env_id, **env_config)
+    obs, _ = env.reset(seed=seed)
+    total, length, done = 0.0, 0, False
+    while not done:
+        action = act(obs[None].astype(np.float32))[0]
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total += float(reward)
+        length += 1
+        done = terminated or truncated
+    return total, length

@@ -28,7 +28,7 @@ from workbench.experiment.resolve import load_and_resolve
 from workbench.plan.capacity import make_plan
 from workbench.plan.resources import Cluster, Node, fmt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kuberay"
 
 

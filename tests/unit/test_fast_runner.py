@@ -7,34 +7,17 @@ performs the same random draws as RLlib's GetActions connector).
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-import ray
 import torch
 from ray.rllib.algorithms.dqn import DQNConfig
-from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
+from tests.support.env_runners import runner_config
 from workbench.trial.config import register_env
 from workbench.trial.fast_runner import FastEnvRunner
-
-
-def _config(env_id: str = "sim_ext/CartPole-v1", n: int = 8, seed: int = 7) -> Any:
-    register_env(env_id)
-    return (
-        PPOConfig()
-        .environment(env=env_id)
-        .env_runners(
-            num_env_runners=0,
-            num_envs_per_env_runner=n,
-            gym_env_vectorize_mode="vector_entry_point",
-        )
-        .debugging(seed=seed)
-    )
 
 
 def _pair(config: Any) -> tuple[SingleAgentEnvRunner, FastEnvRunner]:
@@ -80,7 +63,7 @@ def _assert_same(a: Any, b: Any) -> None:
     ],
 )
 def test_the_same_episodes_as_rllibs_runner(env_id: str, n: int, explore: bool) -> None:
-    rllib, fast = _pair(_config(env_id, n))
+    rllib, fast = _pair(runner_config(env_id, n))
     for call in range(4):  # episodes continue across calls, with their lookback
         torch.manual_seed(call)
         expected = rllib.sample(num_timesteps=250, explore=explore)
@@ -99,7 +82,7 @@ def test_the_same_episodes_as_rllibs_runner(env_id: str, n: int, explore: bool) 
 
 
 def test_an_episode_keeps_its_id_across_calls() -> None:
-    _, fast = _pair(_config("sim_ext/CartPole-v1", 2))
+    _, fast = _pair(runner_config("sim_ext/CartPole-v1", 2))
     first = {e.id_: e for e in fast.sample(num_timesteps=30, explore=True) if not e.is_done}
     second = fast.sample(num_timesteps=30, explore=True)
     continued = [e for e in second if e.id_ in first]
@@ -108,45 +91,12 @@ def test_an_episode_keeps_its_id_across_calls() -> None:
         assert chunk.t_started == first[chunk.id_].t
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-def test_the_learner_gets_the_same_batch_advantages_included(local_ray: None) -> None:
-    from ray.rllib.core.learner.training_data import TrainingData
-
-    algo = _config("sim_ext/CartPole-v1", 8).build_algo()
-    try:
-        rllib = algo.env_runner
-        fast = FastEnvRunner(config=algo.config)
-        fast.module.set_state(rllib.module.get_state())
-        learner = algo.learner_group._learner
-        batches = []
-        for runner in (rllib, fast):
-            torch.manual_seed(0)
-            episodes = runner.sample(num_timesteps=300, explore=True)
-            batch = learner._make_batch_if_necessary(TrainingData(episodes=copy.deepcopy(episodes)))
-            batches.append(batch.policy_batches["default_policy"])
-        expected, got = batches
-        assert set(expected.keys()) == set(got.keys())
-        assert {"advantages", "value_targets", "action_logp"} <= set(expected.keys())
-        for key in expected:
-            np.testing.assert_allclose(
-                np.asarray(got[key]), np.asarray(expected[key]), rtol=1e-5, atol=1e-6
-            )
-    finally:
-        algo.stop()
-
-
 def test_checkpointed_state_restores_into_a_fast_runner() -> None:
-    _, fast = _pair(_config())
+    _, fast = _pair(runner_config())
     torch.manual_seed(0)
     fast.sample(num_timesteps=100, explore=True)
     state = fast.get_state()
-    again = FastEnvRunner(config=_config())
+    again = FastEnvRunner(config=runner_config())
     again.set_state(state)
     observations = torch.from_numpy(np.random.default_rng(0).random((16, 4), dtype=np.float32))
     with torch.no_grad():
@@ -158,7 +108,7 @@ def test_checkpointed_state_restores_into_a_fast_runner() -> None:
 
 def test_same_seed_same_episodes_other_seed_other_episodes() -> None:
     def run(seed: int) -> np.ndarray:
-        runner = FastEnvRunner(config=_config(seed=seed))
+        runner = FastEnvRunner(config=runner_config(seed=seed))
         torch.manual_seed(seed)
         episodes = runner.sample(num_timesteps=100, explore=True)
         return np.concatenate([e.get_observations() for e in episodes])
@@ -182,43 +132,9 @@ def test_unsupported_setups_fall_back_with_one_line(capsys: pytest.CaptureFixtur
 
     from ray.rllib.connectors.env_to_module import FlattenObservations
 
-    custom = _config().env_runners(
+    custom = runner_config().env_runners(
         env_to_module_connector=lambda env, spaces, device: FlattenObservations()
     )
     runner = FastEnvRunner(config=custom)
     assert runner.fallback_reason == "custom connectors are configured"
     assert runner.sample(num_timesteps=50)
-
-
-@pytest.mark.slow
-def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> None:
-    """Not 'about as well': the same numbers, iteration for iteration (seeded)."""
-    from workbench.trial.fast_runner import FastEnvRunner as Fast
-
-    curves = []
-    for fast in (False, True):
-        config = _config("sim_ext/CartPole-v1", 8, seed=3).training(
-            train_batch_size_per_learner=512, minibatch_size=128, num_epochs=2
-        )
-        if fast:
-            config.env_runners(env_runner_cls=Fast)
-        algo = config.build_algo()
-        try:
-            torch.manual_seed(0)
-            curve = []
-            for _ in range(4):
-                result = algo.train()
-                curve.append(
-                    (
-                        result["num_env_steps_sampled_lifetime"],
-                        result["env_runners"].get("episode_return_mean"),
-                        result["learners"]["default_policy"]["total_loss"],
-                    )
-                )
-            curves.append(curve)
-        finally:
-            algo.stop()
-    rllib, fast_curve = curves
-    assert [c[:2] for c in fast_curve] == [c[:2] for c in rllib]
-    for (_, _, loss_fast), (_, _, loss_rllib) in zip(fast_curve, rllib, strict=True):
-        assert float(loss_fast) == pytest.approx(float(loss_rllib), rel=1e-4)

@@ -24,7 +24,7 @@ from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.schema import Experiment, apply_overrides, load_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 
 LR_BLOCK: dict[str, Any] = {"loguniform": [1.0e-4, 1.0e-2]}
@@ -676,6 +676,6 @@ def test_the_committed_json_schema_is_current() -> None:
     from workbench.experiment.schema import json_schema
 
     committed = json.loads(
-        (Path(__file__).resolve().parents[1] / "workbench.schema.json").read_text()
+        (Path(__file__).resolve().parents[2] / "workbench.schema.json").read_text()
     )
     assert committed == json_schema()

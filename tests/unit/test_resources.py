@@ -1,6 +1,7 @@
 """Resource topology without Ray: the resources section, the bundles RLlib requests, how
 they fit on clusters, `workbench plan` and the pre-flight's decisions (tests/
-test_plan_integration.py and tests/test_cluster.py check the same numbers on real Ray)."""
+integration/test_plan_integration.py and tests/cluster/test_cluster.py check the same numbers
+on real Ray)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from workbench.plan.resources import (
 )
 from workbench.trial.config import algorithm_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPU_LEARNER: dict[str, Any] = {
     "cpus_main": 1,
     "num_learners": 1,

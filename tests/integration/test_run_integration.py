@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import ray
 
-import tests.support.probes as probes
 from tests.support.experiments import PBT_BOUNDS, SMALL_PPO, tiny_ppo, write_experiment
 from tests.support.results import result_rows
 from workbench.experiment.resolve import load_and_resolve
 from workbench.run.launch import run
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # The probe learner lives in the tests package, which Ray workers cannot import.
-    ray.cloudpickle.register_pickle_by_value(probes)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:

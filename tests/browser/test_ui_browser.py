@@ -1,9 +1,6 @@
-"""`workbench ui`: finding the store, and a real browser showing a population's runs.
-
-The end-to-end test starts the MLflow UI on a small store and renders it in headless
-Chromium (Debian's ``chromium``; `make test-deps` installs it): the UI is a React app,
-so only a browser proves that the runs and the artifact actually appear.
-"""
+"""`workbench ui` in a real browser: the MLflow UI started on a small store and rendered in
+headless Chromium (Debian's ``chromium``; `make test-deps` installs it). The UI is a React
+app, so only a browser proves that the runs and the artifact actually appear."""
 
 from __future__ import annotations
 
@@ -18,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import process_table, wait_gone
 from workbench.analysis.ui import UiServer, experiment_url, run_url, start_ui
-from workbench.errors import ExperimentError
 from workbench.tracking.store import resolve_store
 
 pytestmark = [
@@ -30,169 +27,6 @@ pytestmark = [
     ),
 ]
 
-# ---------------------------------------------------------------------------------------
-# resolve_store
-
-
-@pytest.fixture
-def no_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def _touch_db(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"SQLite format 3\x00")
-    return path
-
-
-def test_default_store_is_results_mlflow_db(no_env: Path) -> None:
-    db = _touch_db(no_env / "results" / "mlflow.db")
-    assert resolve_store(None) == f"sqlite:///{db.resolve()}"
-
-
-def test_default_store_missing_names_the_path(no_env: Path) -> None:
-    with pytest.raises(ExperimentError) as info:
-        resolve_store(None)
-    assert info.value.exit_code == 2
-    message = str(info.value)
-    assert str(Path("results") / "mlflow.db") in message
-    assert "MLFLOW_TRACKING_URI" in message
-    assert "--store" in message
-
-
-def test_env_uri_wins_over_default(no_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _touch_db(no_env / "results" / "mlflow.db")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
-    assert resolve_store(None) == "http://tracking.example:5000"
-
-
-def test_env_path_is_resolved_like_an_argument(
-    no_env: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db = _touch_db(no_env / "elsewhere" / "mlflow.db")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "elsewhere")
-    assert resolve_store(None) == f"sqlite:///{db.resolve()}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nowhere")
-    with pytest.raises(ExperimentError, match=r"MLFLOW_TRACKING_URI.*'nowhere' does not exist"):
-        resolve_store(None)
-
-
-@pytest.mark.parametrize(
-    "uri",
-    [
-        "sqlite:////abs/path/mlflow.db",
-        "sqlite:///relative.db",
-        "http://127.0.0.1:5000",
-        "https://mlflow.example.com/",
-        "postgresql://user:pw@db:5432/mlflow",
-        "postgresql+psycopg2://user@db/mlflow",
-        "mysql+pymysql://user@db/mlflow",
-        "file:///abs/mlruns",
-    ],
-)
-def test_uris_are_returned_as_is(no_env: Path, uri: str) -> None:
-    assert resolve_store(uri) == uri
-
-
-def test_db_file_becomes_an_absolute_sqlite_uri(no_env: Path) -> None:
-    db = _touch_db(no_env / "results" / "run-1" / "mlflow.db")
-    expected = f"sqlite:///{db.resolve()}"
-    assert resolve_store("results/run-1/mlflow.db") == expected
-    assert resolve_store(str(db)) == expected
-    assert expected.startswith("sqlite:////")  # three slashes, then the absolute path
-
-
-def test_results_folder_uses_its_mlflow_db(no_env: Path) -> None:
-    db = _touch_db(no_env / "results" / "run-1" / "mlflow.db")
-    assert resolve_store("results/run-1") == f"sqlite:///{db.resolve()}"
-
-
-def test_population_folder_uses_the_results_folder_store(no_env: Path) -> None:
-    db = _touch_db(no_env / "results" / "run-1" / "mlflow.db")
-    (no_env / "results" / "run-1" / "cartpole_pbt").mkdir()
-    assert resolve_store("results/run-1/cartpole_pbt") == f"sqlite:///{db.resolve()}"
-
-
-def test_folder_without_store_names_both_paths_tried(no_env: Path) -> None:
-    (no_env / "results" / "run-1" / "cartpole_pbt").mkdir(parents=True)
-    with pytest.raises(ExperimentError) as info:
-        resolve_store("results/run-1/cartpole_pbt")
-    assert info.value.exit_code == 2
-    (problem,) = info.value.problems
-    assert problem.file == "results/run-1/cartpole_pbt"
-    assert problem.field == "--store"
-    here, above = Path("results/run-1/cartpole_pbt/mlflow.db"), Path("results/run-1/mlflow.db")
-    tried = f"tried {here}, {above}"
-    assert tried in problem.message
-    assert "valid:" in problem.message
-
-
-def test_missing_path_is_an_error(no_env: Path) -> None:
-    with pytest.raises(ExperimentError, match=r"'results/nope\.db' does not exist") as info:
-        resolve_store("results/nope.db")
-    assert info.value.exit_code == 2
-
-
-def test_a_file_that_is_no_store_is_an_error(no_env: Path) -> None:
-    (no_env / "experiment.yaml").write_text("name: x\n")
-    with pytest.raises(ExperimentError, match="not an MLflow sqlite store"):
-        resolve_store("experiment.yaml")
-
-
-def test_start_ui_refuses_a_running_server() -> None:
-    with pytest.raises(ExperimentError, match="already an MLflow server"):
-        start_ui("http://127.0.0.1:5000")
-
-
-def test_ui_urls() -> None:
-    base = "http://127.0.0.1:5000"
-    assert experiment_url(base, "3") == (
-        "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning"
-    )
-    assert run_url(base, "3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
-
-
-# ---------------------------------------------------------------------------------------
-# Process bookkeeping: the tests leave no server or browser behind.
-
-
-def _process_table() -> list[tuple[int, int, str]]:
-    """(pid, process group, command line) of every live process (Linux /proc)."""
-    table = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] == "Z":  # a zombie is already dead
-            continue
-        table.append((int(entry.name), int(fields[2]), cmdline))
-    return table
-
-
-def _leftovers(groups: set[int], text: str) -> list[str]:
-    return [
-        f"{pid} {cmd[:160]}"
-        for pid, group, cmd in _process_table()
-        if pid != os.getpid() and (group in groups or text in cmd)
-    ]
-
-
-def _wait_gone(groups: set[int], text: str, timeout_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while (left := _leftovers(groups, text)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
-# ---------------------------------------------------------------------------------------
-# End to end: a population's runs in a real browser
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -297,7 +131,7 @@ class Chromium:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        for pid, _, cmd in _process_table():
+        for pid, _, cmd in process_table():
             if "crashpad" in cmd and str(self.root) in cmd:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -382,15 +216,7 @@ def test_ui_shows_the_population_runs_and_artifacts(tmp_path: Path) -> None:
         print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
 
     assert server is not None and server.process.returncode is not None
-    left = _wait_gone(chromium.groups | {server.process.pid}, str(tmp_path))
+    left = wait_gone(chromium.groups | {server.process.pid}, str(tmp_path))
     assert not left, f"processes left behind: {left}"
     # The server's log went to the file, with the requests the browser made.
     assert "/get-artifact" in (tmp_path / "ui.log").read_text()
-
-
-@pytest.mark.slow
-def test_start_ui_reports_a_server_that_exits(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match=r"exited with status \d+ \(log .*ui\.log\)"):
-        start_ui("nosuchstore://nowhere/db", log_path=tmp_path / "ui.log", timeout_s=60)
-    assert (tmp_path / "ui.log").read_text()
-    assert not _wait_gone(set(), "nosuchstore://")

@@ -1,8 +1,8 @@
 """The experiment's `defaults`: the workbench's small-env defaults or RLlib's, chosen from
 the algorithm and the observation, never over what the file sets.
 
-Unit tests of the choice, then the RLlib config and a built Algorithm (no Ray cluster:
-``build_algo`` with local sampling and learning), then the saved file a resume reads.
+The choice, the RLlib config it gives and the saved file a resume reads (a built
+algorithm trained with them: tests/integration/test_defaults_integration.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from tests.support.bad_files import problem_about, rejected
@@ -116,31 +115,6 @@ def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Pa
     assert config.model_config == default.model_config  # RLlib's 256x256
     assert config.minibatch_size == default.minibatch_size
     assert config.callbacks_class.torch_threads is None  # type: ignore[attr-defined]
-
-
-def test_a_built_trial_has_the_small_network_and_one_torch_thread(tmp_path: Path) -> None:
-    data = tiny_ppo(
-        tmp_path,
-        training={"train_batch_size_per_learner": 256},
-        resources={"env_runners": {"count": 0, "envs_per_runner": 4}},
-    )
-    resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    algo = algorithm_config(resolved).build_algo()
-    try:
-        assert torch.get_num_threads() == 1
-        # The learner's module (the runners' is inference-only: no value network).
-        weights = algo.learner_group.get_weights()["default_policy"]
-        shapes = sorted(tuple(w.shape) for w in weights.values() if len(w.shape) == 2)
-        # Separate policy and value networks, each 4 -> 64 -> 64, then the heads
-        # (2 action logits, 1 value).
-        assert shapes == sorted([(64, 4), (64, 64)] * 2 + [(2, 64), (1, 64)])
-        result = algo.train()
-        assert result["num_env_steps_sampled_lifetime"] >= 256
-    finally:
-        algo.stop()
-        torch.set_num_threads(before)
 
 
 def test_the_saved_experiment_pins_the_chosen_defaults(tmp_path: Path) -> None:

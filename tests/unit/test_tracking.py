@@ -20,6 +20,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
 from tests.support.trials import FakeTrial
+from workbench.analysis.population_plots import render_population_pngs
 from workbench.names import LINEAGE_FILE, SPOOL_FILE
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.metrics import metric_filter, numeric_metrics
@@ -63,6 +64,8 @@ def _target(tmp_path: Path, **kw: Any) -> TrackingTarget:
         results_dir=tmp_path / "pop",
         artifact_root=tmp_path / "mlartifacts",
         hyperparameters={"lr": "lr", "_train_batch_size_per_learner": "batch", "act": "act"},
+        # The launcher hands the tracker the renderer of the population's PNGs.
+        render_plots=render_population_pngs,
         **kw,
     )
 

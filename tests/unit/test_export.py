@@ -19,7 +19,7 @@ from workbench.cli import main
 from workbench.policy.checkpoint import read_checkpoint
 from workbench.policy.export import export_policy, sample_observations
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES = [
     ("PPO", "sim_ext/CartPole-v1"),  # categorical: argmax
     ("PPO", "sim_ext/Pendulum-v1"),  # Gaussian: its mean, unsquashed to [-2, 2]

@@ -1,0 +1,88 @@
+"""The evaluation at the end of a real run: the best trial's policy, its deterministic
+rollout logged to MLflow, and `workbench eval` finding it there (the rollout itself is
+tests/unit/test_evaluate.py's subject)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.policies import plain_rollout
+from workbench.cli import main
+
+
+@pytest.mark.slow
+def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
+    local_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.run.launch import run
+
+    data = tiny_ppo(
+        tmp_path,
+        name="evaluated",
+        training={
+            "train_batch_size_per_learner": 512,
+            "minibatch_size": 128,
+            "num_epochs": 4,
+            "lr": 3e-3,
+        },
+        population=1,
+        stop={"iterations": 4},
+        checkpoint={"frequency": 2},
+        resources={"env_runners": {"envs_per_runner": 8}},
+        evaluation={"episodes": 5},
+        seed=4,
+    )
+    resolved = load_and_resolve(write_experiment(tmp_path, data, sort_keys=True))
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0 and summary.best is not None
+    evaluation = summary.evaluation
+    assert evaluation is not None, summary.evaluation_note
+    assert evaluation.training_iteration == 4 and evaluation.seed == 4
+
+    # The policy's own deterministic rollout, from the checkpoint it evaluated.
+    checkpoint = resolved.results_dir / summary.best.name / "checkpoint_000001"
+    assert evaluation.checkpoint == checkpoint.resolve()
+    assert (evaluation.returns, evaluation.lengths) == plain_rollout(checkpoint, 5, seed=4)
+    assert any(line.startswith("Evaluated PPO_00000") for line in summary.lines())
+
+    # Logged to the trial's MLflow run as eval/*, at the checkpoint's iteration.
+    store = tmp_path / "results" / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{store}")
+    run_data = client.get_run(evaluation.run_id).data
+    assert run_data.tags["mlflow.runName"] == "PPO_00000"
+    stats = evaluation.stats()
+    for key in ("return_mean", "return_std", "return_min", "return_max", "len_mean", "episodes"):
+        assert run_data.metrics[f"eval/{key}"] == pytest.approx(stats[key])
+    history = client.get_metric_history(evaluation.run_id, "eval/return_mean")
+    assert [m.step for m in history] == [4]
+
+    # `workbench eval` by trial name finds the same checkpoint and logs again.
+    capsys.readouterr()
+    assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"return {stats['return_mean']:.1f}" in out
+    assert f"logged to MLflow run {evaluation.run_id}" in out
+    assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 2
+    # ... and so does a trial folder, through the store its experiment file names.
+    assert main(["eval", str(resolved.results_dir / "PPO_00000"), "--episodes", "2"]) == 0
+    assert f"logged to MLflow run {evaluation.run_id}" in capsys.readouterr().out
+
+    # Not PBT: nothing to replay.
+    assert main(["export-schedule", "evaluated", "--store", str(store), "-o", "x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler.type: 'fifo'" in err and "not population-based training" in err
+
+    # A run whose checkpoints are gone.
+    for folder in (resolved.results_dir / "PPO_00000").glob("checkpoint_*"):
+        shutil.rmtree(folder)
+    assert main(["eval", "PPO_00000", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert f"trial PPO_00000 (run {evaluation.run_id}) of population evaluated" in err
+    assert "saved no checkpoint" in err and "valid:" in err
