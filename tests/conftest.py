@@ -1,9 +1,11 @@
-"""Shared test settings."""
+"""Shared test settings: the tiers' markers, Hypothesis in CI, Ray between modules, and
+the PBT population several integration tests share."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +16,33 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# The suite's tiers are its folders; what a folder's tests need is marked here, on every
+# test in it (pyproject.toml registers the markers). `make test-<folder>` runs one tier,
+# `-m "not slow"` leaves out every test that starts Ray, trains or runs a script end to
+# end, `-m "not browser"` those that need Chromium.
+TIER_MARKERS: dict[str, tuple[str, ...]] = {
+    "unit": (),  # no Ray, no training
+    "sim_ext": (),  # the C++ environments
+    "deploy": (),  # the KubeRay manifests, no cluster
+    "docs": (),  # the documentation site and the examples on its pages
+    "integration": ("ray", "slow"),  # a local Ray, training
+    "cli": ("ray", "slow"),  # `workbench run` end to end
+    "cluster": ("ray", "cluster", "slow"),  # a two-node Ray cluster on loopback
+    "browser": ("browser", "slow"),  # headless Chromium
+    "benchmarks": ("slow",),  # the benchmark scripts, run on a tiny budget
+}
+TESTS = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TESTS not in item.path.parents:
+            continue  # a test from a path outside tests/
+        folder = item.path.relative_to(TESTS).parts[0]
+        for marker in TIER_MARKERS.get(folder, ()):
+            item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True, scope="module")

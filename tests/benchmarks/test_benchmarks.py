@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,7 +76,6 @@ def _table_rows(stdout: str) -> dict[str, list[str]]:
     }
 
 
-@pytest.mark.slow
 def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     result = subprocess.run(
@@ -115,7 +112,6 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
     assert all(ms > 0 for ms in figures["exploits"]["reset"])  # reset() returned True
 
 
-@pytest.mark.slow
 def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
     # PB2 (the derived numeric space) and random search (the ASHA file turned FIFO):
     # the two arms whose experiment is not a file as it stands.

@@ -157,7 +157,6 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return response.status, response.headers.get("Content-Type", ""), response.read()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ui_shows_the_population_runs_and_artifacts(tmp_path: Path) -> None:
     if CHROMIUM is None:

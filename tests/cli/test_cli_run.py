@@ -6,11 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.experiments import tiny_ppo, write_experiment
-
-pytestmark = pytest.mark.slow
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 

@@ -28,8 +28,6 @@ import pytest
 
 from tests.support.experiments import tiny_ppo, write_experiment
 
-pytestmark = pytest.mark.slow
-
 BIN = Path(sys.executable).parent
 # The actor table (Ray's GCS; the state API would need the dashboard, which a minimal
 # Ray lacks): for each trial's algorithm actor, the custom resource of the node each

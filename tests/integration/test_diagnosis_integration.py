@@ -43,7 +43,6 @@ def _tiny(tmp_path: Path, **fields: Any) -> Path:
     return write_experiment(tmp_path / "diag.yaml", data, sort_keys=True)
 
 
-@pytest.mark.slow
 def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -106,7 +105,6 @@ def test_heavy_physics_is_sampling_bound_and_many_epochs_learner_bound(
     assert "-> add env runners" in text_run.stdout
 
 
-@pytest.mark.slow
 def test_timeline_of_a_running_population(tmp_path: Path) -> None:
     experiment = _tiny(
         tmp_path, stop={"iterations": 1000, "wall_time_s": 90}, name="live", population=1

@@ -14,7 +14,6 @@ from tests.support.policies import plain_rollout
 from workbench.cli import main
 
 
-@pytest.mark.slow
 def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     local_ray: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

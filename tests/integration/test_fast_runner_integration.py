@@ -50,7 +50,6 @@ def test_the_learner_gets_the_same_batch_advantages_included(local_ray: None) ->
         algo.stop()
 
 
-@pytest.mark.slow
 def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> None:
     """Not 'about as well': the same numbers, iteration for iteration (seeded)."""
     from workbench.trial.fast_runner import FastEnvRunner as Fast

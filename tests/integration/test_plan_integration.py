@@ -27,8 +27,6 @@ from workbench.plan.capacity import make_plan
 from workbench.plan.resources import live_cluster
 from workbench.run.launch import run
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module", autouse=True)
 def fake_gpu_ray() -> Iterator[None]:

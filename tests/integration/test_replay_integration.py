@@ -47,7 +47,6 @@ def population(
     return {"store": store, "trial": changed, "file": out, "best": tmp / "best.yaml"}
 
 
-@pytest.mark.slow
 def test_the_exported_schedule_is_the_lineage_stitched_schedule(
     population: dict[str, Any],
 ) -> None:
@@ -83,7 +82,6 @@ def test_the_exported_schedule_is_the_lineage_stitched_schedule(
     assert stop["iterations"] == trial.iteration == segments[-1].last_iteration
 
 
-@pytest.mark.slow
 def test_running_the_exported_file_applies_each_value_from_its_iteration_on(
     population: dict[str, Any], tmp_path: Path
 ) -> None:

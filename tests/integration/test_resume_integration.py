@@ -21,8 +21,6 @@ from tests.support.results import count_results, result_rows
 from workbench.analysis.lineage import check_sequence, read_jsonl
 from workbench.names import LINEAGE_FILE
 
-pytestmark = pytest.mark.slow
-
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 

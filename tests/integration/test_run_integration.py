@@ -15,7 +15,7 @@ from tests.support.results import result_rows
 from workbench.experiment.resolve import load_and_resolve
 from workbench.run.launch import run
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
+pytestmark = pytest.mark.usefixtures("local_ray")
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:

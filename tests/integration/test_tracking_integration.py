@@ -27,8 +27,6 @@ from workbench.names import LINEAGE_FILE
 from workbench.run.launch import run
 from workbench.tracking.store import client_for
 
-pytestmark = pytest.mark.slow
-
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 

@@ -136,7 +136,6 @@ def test_ui_urls() -> None:
     assert run_url(base, "3", "abc") == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
 
 
-@pytest.mark.slow
 def test_start_ui_reports_a_server_that_exits(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"exited with status \d+ \(log .*ui\.log\)"):
         start_ui("nosuchstore://nowhere/db", log_path=tmp_path / "ui.log", timeout_s=60)
