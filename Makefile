@@ -55,22 +55,35 @@ demo: setup
 test: setup test-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: setup test-deps
+# Everything but the tests that start Ray, train or run a script end to end; none of the
+# rest needs Chromium.
+test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# The UI test (tests/test_ui.py) drives headless Chromium: Debian's chromium package,
+# One tier of the suite, a folder of tests/ (its markers: tests/conftest.py), e.g.
+# make test-unit, test-sim_ext, test-integration, test-cluster or test-browser. Not in
+# .PHONY: make looks for no pattern rule for a phony target. Only the browser tier
+# needs Chromium.
+TEST_TIERS = $(filter-out support,$(notdir $(patsubst %/,%,$(wildcard tests/*/))))
+test-%: setup
+	@test -d tests/$* || { echo "no tier tests/$*; the tiers: $(TEST_TIERS)" >&2; exit 2; }
+	$(PY) -m pytest tests/$* $(PYTEST_ARGS)
+
+test-browser: test-deps
+
+# The browser tier (tests/browser) drives headless Chromium: Debian's chromium package,
 # installed here when `chromium` is not on PATH (as root or with passwordless sudo).
 test-deps:
 	@command -v chromium >/dev/null 2>&1 && exit 0; \
 	if [ "$$(id -u)" = 0 ]; then SUDO=; \
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \
-	else echo "chromium is not installed (tests/test_ui.py needs it) and installing it needs root:" \
+	else echo "chromium is not installed (tests/browser needs it) and installing it needs root:" \
 		"run 'sudo apt-get install --no-install-recommends chromium', or put another Chromium" \
 		"on PATH as 'chromium', then 'make test' again" >&2; exit 1; fi; \
 	command -v apt-get >/dev/null 2>&1 || { echo "chromium is not installed and there is no" \
 		"apt-get: install Chromium so that 'chromium' is on PATH, then 'make test' again" >&2; \
 		exit 1; }; \
-	echo "installing chromium with apt-get (tests/test_ui.py needs it; a few minutes)"; \
+	echo "installing chromium with apt-get (tests/browser needs it; a few minutes)"; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
