@@ -1,7 +1,9 @@
 """deploy/kuberay: the manifests against KubeRay's own CRD schemas, the entrypoint's
 run-or-resume behaviour, and the pods against `workbench plan` of the experiment they run.
 
-The CRDs (``../shared/kuberay-crds``, API ray.io/v1) are validated the way the API server
+KubeRay's CRDs (API ray.io/v1) are read from $WORKBENCH_KUBERAY_CRDS, else from
+``../shared/kuberay-crds`` beside the repository; where they are not, the tests that need
+them skip, or fail under CI. They are validated the way the API server
 applies a structural schema: unknown fields are pruned (an error under kubectl's default
 strict field validation), ``x-kubernetes-int-or-string`` takes either, int32/int64 formats
 are range-checked, list-map keys must be unique, and CEL rules are not evaluated here (a
@@ -17,6 +19,7 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +35,34 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kuberay"
 
 
-def _crds() -> Path:
-    """KubeRay's CRDs: read-only reference data next to the repository (not copied into it).
+CRDS_VARIABLE = "WORKBENCH_KUBERAY_CRDS"
+CRD_FILES = ("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml")
 
-    A checkout elsewhere (CI clones) finds them through WORKBENCH_KUBERAY_CRDS or the
-    workspace's shared folder."""
-    candidates = (
-        [Path(p) for p in [os.environ.get("WORKBENCH_KUBERAY_CRDS", "")] if p]
-        + [parent / "shared" / "kuberay-crds" for parent in ROOT.parents]
-        + [Path("/work/shared/kuberay-crds")]
+
+def crds_folder() -> Path:
+    """Where KubeRay's CRDs are read from: $WORKBENCH_KUBERAY_CRDS, else the workspace's
+    shared folder beside the repository (reference data, not copied into it)."""
+    configured = os.environ.get(CRDS_VARIABLE)
+    return Path(configured) if configured else ROOT.parent / "shared" / "kuberay-crds"
+
+
+def find_crds() -> Path:
+    """The CRD folder; without it the calling test skips, or fails under CI (a build
+    that checks nothing must not pass), saying what is missing and how to point at it."""
+    folder = crds_folder()
+    missing = [name for name in CRD_FILES if not (folder / name).is_file()]
+    if not missing:
+        return folder
+    message = (
+        f"KubeRay's CRDs are missing: no {', '.join(missing)} in {folder}. Point the tests "
+        f"at KubeRay's CRD folder (ray-operator/config/crd/bases in a KubeRay checkout, "
+        f"API ray.io/v1) with {CRDS_VARIABLE}=/path/to/crds"
     )
-    for candidate in candidates:
-        if (candidate / "ray.io_rayjobs.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(
-        "KubeRay's CRDs (ray.io_rayjobs.yaml, ray.io_rayclusters.yaml) not found in: "
-        + ", ".join(str(c) for c in candidates)
-        + "; set WORKBENCH_KUBERAY_CRDS to their folder"
-    )
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
 
 
-CRDS = _crds()
 # The image puts the repository at /app (deploy/kuberay/Dockerfile).
 IMAGE_ROOT = "/app"
 
@@ -141,10 +151,10 @@ KubeValidator = jsonschema.validators.extend(
 
 
 @functools.cache
-def crd_validator(kind: str) -> Any:
+def crd_validator(crds: Path, kind: str) -> Any:
     # The C loader: the CRDs are 1-1.4 MB of YAML.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load((CRDS / f"ray.io_{kind.lower()}s.yaml").read_text(), Loader=loader)
+    crd = yaml.load((crds / f"ray.io_{kind.lower()}s.yaml").read_text(), Loader=loader)
     assert crd["spec"]["names"]["kind"] == kind
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     assert version["served"] and version["storage"]
@@ -159,13 +169,52 @@ def crd_validator(kind: str) -> Any:
 def schema_errors(kind: str, document: Any) -> list[str]:
     return [
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in crd_validator(kind).iter_errors(document)
+        for e in crd_validator(find_crds(), kind).iter_errors(document)
     ]
 
 
 def load(name: str) -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load((DEPLOY / name).read_text())
     return document
+
+
+# --- where the CRDs are ----------------------------------------------------------------------
+
+
+def test_the_crds_are_read_from_the_folder_the_variable_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in CRD_FILES:
+        (tmp_path / name).write_text("kind: CustomResourceDefinition\n")
+    monkeypatch.setenv(CRDS_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("CI", "true")
+    assert find_crds() == tmp_path
+
+
+def test_without_the_crds_a_developer_s_run_skips_saying_how_to_point_at_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No variable: the folder beside the repository, here a repository without one.
+    monkeypatch.delenv(CRDS_VARIABLE, raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "repository")
+    with pytest.raises(pytest.skip.Exception) as info:
+        find_crds()
+    message = str(info.value)
+    assert f"no ray.io_rayjobs.yaml, ray.io_rayclusters.yaml in {crds_folder()}" in message
+    assert crds_folder() == tmp_path / "shared" / "kuberay-crds"
+    assert f"{CRDS_VARIABLE}=/path/to/crds" in message
+
+
+def test_without_the_crds_a_ci_run_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ray.io_rayjobs.yaml").write_text("kind: CustomResourceDefinition\n")
+    monkeypatch.setenv(CRDS_VARIABLE, str(tmp_path))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception) as info:
+        find_crds()
+    message = str(info.value)
+    assert f"no ray.io_rayclusters.yaml in {tmp_path}" in message
+    assert f"{CRDS_VARIABLE}=/path/to/crds" in message
 
 
 # --- the manifests against the CRDs ----------------------------------------------------------
