@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import Any
 
 from workbench import __version__
 from workbench.cli.format import num, shown, table, when
@@ -28,9 +25,6 @@ from workbench.errors import ExperimentError
 from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, RETURN_METRIC
 from workbench.tracking.store import client_for, resolve_store
-
-if TYPE_CHECKING:
-    from workbench.run.summary import RunSummary
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -71,47 +65,27 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from workbench.experiment.resolve import describe, grid_points, load_and_resolve
+    from workbench.experiment.resolve import dry_run_lines, load_and_resolve
 
     resolved = load_and_resolve(args.file, args.set or [])
     if args.dry_run:
-        print(yaml.safe_dump(describe(resolved), sort_keys=False).rstrip())
-        print(f"# {resolved.defaults.summary()}")
-        exp = resolved.experiment
-        grid = grid_points(resolved.search_space)
-        print(
-            f"\nWould start {exp.population * grid} trials of {exp.algorithm} on {exp.env.id} "
-            f"({exp.population} samples x {grid} grid points), "
-            f"{exp.max_concurrent or 'as many as fit'} at a time, "
-            f"results in {resolved.results_dir}"
-        )
+        print("\n".join(dry_run_lines(resolved)))
         return 0
     from workbench.run.launch import run
 
     print(resolved.defaults.summary())
     summary = run(resolved, address=args.address, dashboard=args.dashboard)
     print("\n".join(summary.lines()))
-    return _exit_code(summary)
+    return summary.exit_code
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from workbench.experiment.resolve import load_and_resolve
     from workbench.plan.capacity import make_plan
-    from workbench.plan.resources import live_cluster, parse_cluster, this_machine
+    from workbench.plan.resources import cluster_for
 
     resolved = load_and_resolve(args.file, args.set or [], check_results=False)
-    if args.cluster:
-        try:
-            cluster = parse_cluster(args.cluster)
-        except ValueError as err:
-            raise ExperimentError.single(args.file, "--cluster", str(err)) from None
-    elif args.address or os.environ.get("RAY_ADDRESS"):
-        import ray
-
-        ray.init(address=args.address or os.environ["RAY_ADDRESS"], log_to_driver=False)
-        cluster = live_cluster(args.address)
-    else:
-        cluster = this_machine()
+    cluster = cluster_for(args.cluster or [], args.address, file=args.file)
     plan = make_plan(resolved, cluster, probe=args.probe)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
@@ -123,37 +97,23 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _exit_code(summary: RunSummary) -> int:
-    """0 done, 1 every trial failed, 130 interrupted (as a shell reports Ctrl-C)."""
-    if summary.interrupted:
-        return 130
-    return 1 if summary.errors and summary.errors == len(summary.trials) else 0
-
-
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from workbench.run.results_folder import find_results_dir, population_statuses
+    from workbench.run.results_folder import find_results_dir, nothing_to_resume
 
     results_dir = find_results_dir(args.target)  # before the heavy imports: a typo fails fast
     from workbench.experiment.resolve import load_saved
     from workbench.run.launch import resume
 
     resolved = load_saved(results_dir / RESOLVED_FILE)
-    statuses = population_statuses(results_dir)
-    errored = [t for t, s in statuses.items() if s == "ERROR"]
-    if (
-        statuses
-        and all(s in ("TERMINATED", "ERROR") for s in statuses.values())
-        and not (errored and args.restart_errored)
-    ):
-        print(
-            f"Population {resolved.experiment.name} in {results_dir} has finished "
-            f"({len(statuses)} trials, {len(errored)} errored); nothing to resume."
-            + (" --restart-errored runs the errored ones again." if errored else "")
-        )
+    done = nothing_to_resume(
+        results_dir, resolved.experiment.name, restart_errored=args.restart_errored
+    )
+    if done is not None:
+        print(done)
         return 0
     summary = resume(resolved, restart_errored=args.restart_errored, address=args.address)
     print("\n".join(summary.lines()))
-    return _exit_code(summary)
+    return summary.exit_code
 
 
 def _store(args: argparse.Namespace) -> tuple[str, Any]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import yaml
 from pydantic import ValidationError
 
 import sim_ext
@@ -155,12 +156,10 @@ def resolve(
         )
     storage = Path(experiment.storage).expanduser()
     if storage.exists() and not storage.is_dir():
-        problems.append(
-            Problem(where, "storage", f"{storage} is a file; storage must be a folder")
-        )
+        problems.append(Problem(where, "storage", f"{storage} is a file; storage must be a folder"))
     results_dir = storage.resolve() / experiment.name
     if check_results:
-        _check_results_dir(results_dir, experiment, where, problems)
+        check_results_dir(results_dir, experiment, where, problems)
     if problems:
         raise ExperimentError(problems)
     keys = {name: tune_key(algo, name) for name in [*space, *replayed]}
@@ -552,7 +551,7 @@ def block_problems(name: str, spec: ParamSpec) -> list[str]:
     return out
 
 
-def _check_results_dir(
+def check_results_dir(
     results_dir: Path, experiment: Experiment, where: str, problems: list[Problem]
 ) -> None:
     if results_dir.exists() and not results_dir.is_dir():
@@ -582,3 +581,18 @@ def describe(resolved: ResolvedExperiment) -> dict[str, Any]:
     data["defaults"] = resolved.defaults.name
     data["model"] = dict(resolved.defaults.model)
     return data
+
+
+def dry_run_lines(resolved: ResolvedExperiment) -> list[str]:
+    """`workbench run --dry-run`: the experiment as resolved, the defaults it picked and
+    the trials it would start."""
+    exp = resolved.experiment
+    grid = grid_points(resolved.search_space)
+    return [
+        yaml.safe_dump(describe(resolved), sort_keys=False).rstrip(),
+        f"# {resolved.defaults.summary()}",
+        f"\nWould start {exp.population * grid} trials of {exp.algorithm} on {exp.env.id} "
+        f"({exp.population} samples x {grid} grid points), "
+        f"{exp.max_concurrent or 'as many as fit'} at a time, "
+        f"results in {resolved.results_dir}",
+    ]

@@ -23,6 +23,8 @@ import ray
 from ray._private.accelerators import get_accelerator_manager_for_resource
 from ray._private.utils import get_num_cpus
 
+from workbench.errors import ExperimentError
+
 Resources = dict[str, float]
 
 # Ray counts resources in fixed point with four decimals (0.0001 of a CPU or GPU).
@@ -191,6 +193,20 @@ def live_cluster(address: str | None = None) -> Cluster:
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
     source = f"the Ray cluster at {where}" if where else "the local Ray instance"
     return cluster_from_ray_nodes(nodes, source)
+
+
+def cluster_for(specs: Sequence[str], address: str | None, *, file: str) -> Cluster:
+    """The cluster `workbench plan` plans for: the ``--cluster`` numbers given, the Ray
+    cluster at ``address`` (or $RAY_ADDRESS), else this machine."""
+    if specs:
+        try:
+            return parse_cluster(specs)
+        except ValueError as err:
+            raise ExperimentError.single(file, "--cluster", str(err)) from None
+    if address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
+        return live_cluster(address)
+    return this_machine()
 
 
 def this_machine() -> Cluster:

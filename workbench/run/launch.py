@@ -18,13 +18,15 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.tune.utils import flatten_dict
 
 from workbench.analysis.population_plots import render_population_pngs
-from workbench.experiment.resolve import ResolvedExperiment, describe
+from workbench.errors import ExperimentError, Problem
+from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
 from workbench.names import RESOLVED_FILE, trial_name
 from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
 from workbench.policy.evaluate import evaluate_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.run.checkpoints import CheckpointGuard
+from workbench.run.folder_lock import FolderLock
 from workbench.run.progress import ProgressTable
 from workbench.run.ray_session import cleanup_leftover_ray, record_ray_session, start_ray
 from workbench.run.results_folder import population_statuses
@@ -272,18 +274,25 @@ def run(
     """
 
     _tune_environment()
-    start_ray(address, dashboard=dashboard)
-    resolved, config = _checked(resolved, build_config(resolved, configure), address)
-    prepare_results_dir(resolved)
-    record_ray_session(resolved.results_dir)
-    session = _session(resolved, config, progress_interval_s=progress_interval_s)
-    tuner = tune.Tuner(
-        session.trainable,
-        param_space=session.param_space,
-        tune_config=session.tune_config,
-        run_config=session.run_config,
-    )
-    return _finish(resolved, session, *_fit(tuner))
+    with FolderLock(resolved.results_dir, "run"):
+        # Under the lock: a run of the same name that started at the same moment and
+        # wrote first is seen now (resolve's look was before either wrote).
+        problems: list[Problem] = []
+        check_results_dir(resolved.results_dir, resolved.experiment, str(resolved.file), problems)
+        if problems:
+            raise ExperimentError(problems)
+        start_ray(address, dashboard=dashboard)
+        resolved, config = _checked(resolved, build_config(resolved, configure), address)
+        prepare_results_dir(resolved)
+        record_ray_session(resolved.results_dir)
+        session = _session(resolved, config, progress_interval_s=progress_interval_s)
+        tuner = tune.Tuner(
+            session.trainable,
+            param_space=session.param_space,
+            tune_config=session.tune_config,
+            run_config=session.run_config,
+        )
+        return _finish(resolved, session, *_fit(tuner))
 
 
 def resume(
@@ -302,39 +311,41 @@ def resume(
     """
 
     _tune_environment()
-    killed = cleanup_leftover_ray(resolved.results_dir)
-    if killed:
-        print(
-            f"Stopped {len(killed)} Ray processes left behind by the interrupted driver "
-            f"(pids {', '.join(map(str, killed))})"
+    # The only writer of the folder: a driver of it that still runs refuses this resume.
+    with FolderLock(resolved.results_dir, "resume"):
+        killed = cleanup_leftover_ray(resolved.results_dir)
+        if killed:
+            print(
+                f"Stopped {len(killed)} Ray processes left behind by the interrupted driver "
+                f"(pids {', '.join(map(str, killed))})"
+            )
+        start_ray(address)
+        resolved, config = _checked(resolved, build_config(resolved, configure), address)
+        record_ray_session(resolved.results_dir)
+        session = _session(resolved, config, progress_interval_s=progress_interval_s)
+        if restart_errored:
+            # Not Tune's restart_errored: it re-creates an errored trial from its resolved
+            # config, which fails in add_trial's placeholder resolution for any RLlib config
+            # (TypeError, swallowed: the population then runs with no trials at all). The
+            # workbench resumes the trial instead, without its checkpoints: from scratch,
+            # under the same trial id and MLflow run.
+            statuses = population_statuses(resolved.results_dir)
+            errored = {trial_id for trial_id, status in statuses.items() if status == "ERROR"}
+            session.tune_config.scheduler.restart_from_scratch = errored
+        tuner = tune.Tuner.restore(
+            str(resolved.results_dir),
+            session.trainable,
+            param_space=session.param_space,
+            resume_unfinished=True,
+            resume_errored=True,
         )
-    start_ray(address)
-    resolved, config = _checked(resolved, build_config(resolved, configure), address)
-    record_ray_session(resolved.results_dir)
-    session = _session(resolved, config, progress_interval_s=progress_interval_s)
-    if restart_errored:
-        # Not Tune's restart_errored: it re-creates an errored trial from its resolved
-        # config, which fails in add_trial's placeholder resolution for any RLlib config
-        # (TypeError, swallowed: the population then runs with no trials at all). The
-        # workbench resumes the trial instead, without its checkpoints: from scratch,
-        # under the same trial id and MLflow run.
-        statuses = population_statuses(resolved.results_dir)
-        errored = {trial_id for trial_id, status in statuses.items() if status == "ERROR"}
-        session.tune_config.scheduler.restart_from_scratch = errored
-    tuner = tune.Tuner.restore(
-        str(resolved.results_dir),
-        session.trainable,
-        param_space=session.param_space,
-        resume_unfinished=True,
-        resume_errored=True,
-    )
-    internal = tuner._local_tuner
-    assert internal is not None
-    session.run_config.name = internal._run_config.name
-    session.run_config.storage_path = internal._run_config.storage_path
-    internal._tune_config = session.tune_config
-    internal._run_config = session.run_config
-    return _finish(resolved, session, *_fit(tuner))
+        internal = tuner._local_tuner
+        assert internal is not None
+        session.run_config.name = internal._run_config.name
+        session.run_config.storage_path = internal._run_config.storage_path
+        internal._tune_config = session.tune_config
+        internal._run_config = session.run_config
+        return _finish(resolved, session, *_fit(tuner))
 
 
 __all__ = ["RunSummary", "resume", "run"]

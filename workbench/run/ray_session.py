@@ -6,6 +6,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import ray
 from ray._private.utils import get_dashboard_dependency_error
@@ -55,55 +56,109 @@ def start_ray(address: str | None, dashboard: bool = False) -> None:
 
 
 def record_ray_session(results_dir: Path) -> None:
-    """Remembers the local Ray this driver started, so that a resume after the driver
-    was killed can clean up what it left behind (and nothing else)."""
-
+    """Remembers the processes of the local Ray this driver started (pid and start time
+    of each), so that a resume after the driver was killed stops exactly those and what
+    they started (workers, agents), and nothing else."""
     node = getattr(ray._private.worker, "_global_node", None)
     if node is None or not getattr(node, "head", False):
         return  # joined a cluster: not ours to clean up
+    started = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            pid = getattr(getattr(info, "process", None), "pid", None)
+            if pid and (ticks := start_time(pid)) is not None:
+                started.append([pid, ticks])
     (results_dir / SESSION_FILE).write_text(
-        json.dumps({"driver_pid": os.getpid(), "session_dir": node.get_session_dir_path()})
+        json.dumps(
+            {
+                "driver_pid": os.getpid(),
+                # Read by `workbench diagnose --timeline` to reach the running Ray; never
+                # used to choose what to stop.
+                "session_dir": node.get_session_dir_path(),
+                "processes": started,
+            }
+        )
     )
 
 
-def _cmdline(pid: int) -> str:
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot; /proc/PID/stat field 22): with
+    the pid it names one process, never a later one that reuses the pid."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return ""
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, of every process this user can see."""
+    out: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        out.setdefault(parent, []).append(int(entry.name))
+    return out
+
+
+def leftover_processes(record: dict[str, Any]) -> list[int]:
+    """The recorded Ray processes that still run (same pid, same start time, ours) and
+    everything they started since, children first."""
+    if not Path("/proc").is_dir():
+        return []
+    alive = [
+        int(pid)
+        for pid, ticks in record.get("processes", [])
+        if start_time(int(pid)) == int(ticks) and _ours(int(pid))
+    ]
+    children = _children()
+    found: list[int] = []
+
+    def walk(pid: int) -> None:
+        for child in children.get(pid, []):
+            if child != os.getpid() and child not in found:
+                walk(child)
+        if pid not in found:
+            found.append(pid)
+
+    for pid in alive:
+        walk(pid)
+    return found
+
+
+def _ours(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def cleanup_leftover_ray(results_dir: Path) -> list[int]:
     """Kills the Ray processes a killed driver of this population left running.
 
-    Only processes of the recorded Ray session are touched. Refuses (exit 2) when the
-    population's driver is still alive: two drivers would write the same trials.
-    """
-
-    record = results_dir / SESSION_FILE
-    if not record.exists():
+    Only the processes the driver recorded when it started Ray (checked by start time, so
+    a reused pid is left alone) and their descendants are touched; no command line is
+    matched. The caller holds the folder's lock, so no driver of it is alive."""
+    record_file = results_dir / SESSION_FILE
+    if not record_file.exists():
         return []
-    data = json.loads(record.read_text())
-    driver = int(data.get("driver_pid", 0))
-    command = _cmdline(driver) if driver and driver != os.getpid() else ""
-    if "workbench" in command and (" run " in command or " resume " in command):
-        raise ExperimentError.single(
-            str(results_dir),
-            "",
-            f"this population is still running (driver pid {driver}); stop it (Ctrl-C or "
-            f"`kill {driver}`) before resuming",
-        )
-    session = str(data.get("session_dir", ""))
+    try:
+        record = json.loads(record_file.read_text())
+    except (OSError, ValueError):
+        record = {}
     killed = []
-    if session and Path("/proc").is_dir():
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            if session in _cmdline(int(entry.name)):
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                    killed.append(int(entry.name))
-                except OSError:
-                    pass
-    record.unlink()
+    for pid in leftover_processes(record if isinstance(record, dict) else {}):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
+            pass
+    record_file.unlink()
     return killed

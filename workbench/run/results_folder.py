@@ -63,3 +63,21 @@ def find_results_dir(ref: str, storage: str = "results") -> Path:
         f"no population to resume: none of {tried} holds a {RESOLVED_FILE} "
         "(give the results folder of a `workbench run`, or its experiment name)",
     )
+
+
+def nothing_to_resume(results_dir: Path, name: str, *, restart_errored: bool) -> str | None:
+    """Why `workbench resume` has nothing to do (every trial ended, and no errored one to
+    run again), or None when there is something to resume."""
+    statuses = population_statuses(results_dir)
+    errored = [t for t, s in statuses.items() if s == "ERROR"]
+    if (
+        not statuses
+        or not all(s in ("TERMINATED", "ERROR") for s in statuses.values())
+        or (errored and restart_errored)
+    ):
+        return None
+    return (
+        f"Population {name} in {results_dir} has finished ({len(statuses)} trials, "
+        f"{len(errored)} errored); nothing to resume."
+        + (" --restart-errored runs the errored ones again." if errored else "")
+    )

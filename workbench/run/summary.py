@@ -28,6 +28,13 @@ class RunSummary:
     evaluation: Any = None  # workbench.evaluate.Evaluation
     evaluation_note: str | None = None
 
+    @property
+    def exit_code(self) -> int:
+        """0 done, 1 every trial failed, 130 interrupted (as a shell reports Ctrl-C)."""
+        if self.interrupted:
+            return 130
+        return 1 if self.errors and self.errors == len(self.trials) else 0
+
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
         if self.best is not None:
