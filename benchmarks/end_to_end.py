@@ -13,8 +13,9 @@ core, as a Tune trial with one CPU runs it. The arms:
   buys: the learner is left as it was, Amdahl's law);
 * ``workbench``: the same hyperparameters (lr, epochs, vf_loss_coeff, batch, 8 envs) in a
   workbench experiment that sets nothing else, built by the workbench (``resolve`` and
-  ``algorithm_config``): the fast runner and the small-env defaults (workbench/defaults.py:
-  64x64 tanh policy and value networks, four minibatches per batch, one torch thread).
+  ``algorithm_config``): the fast runner and the small-env defaults
+  (workbench/experiment/defaults.py: 64x64 tanh policy and value networks, four minibatches
+  per batch, one torch thread).
 
 Throughput: every arm is built once, then each round runs ``--iterations`` ``train()`` calls
 of every arm in turn (interleaved); env steps sampled per wall second over those calls,

@@ -125,7 +125,7 @@ def arms(compare: str) -> tuple[Arm, ...]:
         )
     if compare == "defaults":
         # Before and after: RLlib's runner and defaults, then the main experiment as it
-        # ships (the fast runner and the small-env defaults, workbench/defaults.py).
+        # ships (the fast runner and the small-env defaults, workbench/experiment/defaults.py).
         return (
             Arm("rllib", EXPERIMENT, ("env_runner=rllib", "defaults=rllib"), population_based=True),
             Arm("workbench", EXPERIMENT, (), population_based=True),
