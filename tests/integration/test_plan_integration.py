@@ -26,6 +26,7 @@ from workbench.experiment.resolve import load_and_resolve
 from workbench.plan.capacity import make_plan
 from workbench.plan.resources import live_cluster
 from workbench.run.launch import run
+from workbench.trial.config import build_config
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -150,11 +151,19 @@ def _run_and_watch(
 ) -> tuple[Any, Any, PlacementGroupWatch, list[dict[str, Any]]]:
     resolved = experiment(tmp_path, resources)
     record = tmp_path / "where.jsonl"
-    configure = fake_gpu_trials(record)
-    plan = make_plan(resolved, live_cluster(), configure=configure)
+    fake_gpus = fake_gpu_trials(record)
+    plan = make_plan(resolved, live_cluster(), config=build_config(resolved, fake_gpus))
+    configured: list[Any] = []
+
+    def configure(config: Any) -> Any:
+        configured.append(config)
+        return fake_gpus(config)
+
     with PlacementGroupWatch() as watch:
         summary = run(resolved, configure=configure, progress_interval_s=60)
     assert summary.errors == 0 and {t.status for t in summary.trials} == {"TERMINATED"}
+    # One RLlib config per run: the plan, the pre-flight and Tune share it.
+    assert len(configured) == 1
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     return plan, summary, watch, lines
 

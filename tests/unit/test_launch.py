@@ -7,7 +7,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from ray.tune.result import TRIAL_INFO
 
 from workbench.names import trial_name
@@ -69,35 +68,3 @@ def test_progress_table_reads_numpy_float32_returns() -> None:
     table.on_trial_result(0, [trial], trial, result)
     (record,) = table.records.values()
     assert record.best_return == -13.0 and record.last_return == -13.0
-
-
-def test_resume_refuses_while_the_population_s_driver_lives(tmp_path: Path) -> None:
-    import json
-    import subprocess
-    import sys
-    import time
-
-    from workbench.errors import ExperimentError
-    from workbench.names import SESSION_FILE
-    from workbench.run.ray_session import cleanup_leftover_ray
-
-    driver = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", "workbench", "run", "x.yaml"]
-    )
-    cmdline = Path(f"/proc/{driver.pid}/cmdline")
-    for _ in range(200):  # until the child has exec'd (its cmdline is empty before)
-        if b"workbench" in cmdline.read_bytes():
-            break
-        time.sleep(0.02)
-    try:
-        (tmp_path / SESSION_FILE).write_text(
-            json.dumps({"driver_pid": driver.pid, "session_dir": "/tmp/ray/session_none"})
-        )
-        with pytest.raises(ExperimentError, match=f"still running \\(driver pid {driver.pid}\\)"):
-            cleanup_leftover_ray(tmp_path)
-    finally:
-        driver.kill()
-        driver.wait()
-    # Once it is gone: nothing of that session is left, the record goes.
-    assert cleanup_leftover_ray(tmp_path) == []
-    assert not (tmp_path / SESSION_FILE).exists()

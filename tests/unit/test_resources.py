@@ -33,7 +33,7 @@ from workbench.plan.resources import (
     trial_request,
     unfit_reasons,
 )
-from workbench.trial.config import algorithm_config
+from workbench.trial.config import algorithm_config, build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_LEARNER: dict[str, Any] = {
@@ -396,7 +396,7 @@ def test_an_unfit_plan_says_why_with_the_numbers_and_what_would_fit(
     for fragment in (*fragments, f"--cluster {spec} [", "PENDING forever"):
         assert fragment in problem.message, problem.message
     assert f"It would fit with {fixes[0]}" in problem.message
-    assert what_would_fit(res, plan.request, cluster(spec)) == fixes
+    assert what_would_fit(res, build_config(res), plan.request, cluster(spec)) == fixes
 
 
 @pytest.mark.parametrize(
@@ -415,7 +415,8 @@ def test_every_suggested_fix_fits_when_written_into_the_file(
     path = experiment(tmp_path, resources)
     plan = make_plan(load_and_resolve(path, check_results=False), cluster(spec))
     assert not plan.fits
-    fixes = what_would_fit(load_and_resolve(path, check_results=False), plan.request, cluster(spec))
+    res = load_and_resolve(path, check_results=False)
+    fixes = what_would_fit(res, build_config(res), plan.request, cluster(spec))
     assert fixes, plan.problems
     for fix in fixes:
         # Each one reads as `field: value [and field: value]`, what a user would write.
@@ -547,7 +548,7 @@ def test_preflight_refuses_a_trial_that_can_never_fit(
     _live(monkeypatch, cluster("cpus=2"))
     res = resolved(tmp_path, GPU_LEARNER)
     with pytest.raises(ExperimentError) as info:
-        preflight(res)
+        preflight(res, build_config(res))
     assert info.value.exit_code == 2
     assert "needs CPU 4 and the cluster has 2 in total" in str(info.value)
     assert not res.results_dir.exists()
@@ -559,7 +560,8 @@ def test_preflight_waits_for_nodes_to_join_when_asked(
     _live(monkeypatch, cluster("cpus=2"), cluster("cpus=2"), cluster("cpus=4,gpus=1"))
     monkeypatch.setenv(plan_module.WAIT_ENV, "60")
     monkeypatch.setattr(plan_module.time, "sleep", lambda s: None)
-    plan = preflight(resolved(tmp_path, GPU_LEARNER))
+    res = resolved(tmp_path, GPU_LEARNER)
+    plan = preflight(res, build_config(res))
     assert plan.fits and plan.concurrent == 1
     captured = capsys.readouterr()
     assert captured.err.count("waiting for the cluster to grow") == 2
@@ -571,11 +573,17 @@ def test_preflight_falls_back_to_cpu_learners_loudly(
 ) -> None:
     _live(monkeypatch, cluster("cpus=8"))
     res = resolved(tmp_path, {**GPU_LEARNER, "no_gpu": "cpu_fallback"})
-    plan: Plan = preflight(res)
+    config = build_config(res)
+    plan: Plan = preflight(res, config)
     assert plan.cpu_fallback
-    # The run that follows builds its RLlib config from the switched experiment.
-    assert res.experiment.resources.gpus_per_learner == 0
-    assert algorithm_config(res).num_gpus_per_learner == 0
+    # The run goes on with the plan's experiment and config: CPU learners.
+    assert plan.resolved is not None and plan.config is not None
+    assert plan.resolved.experiment.resources.gpus_per_learner == 0
+    assert plan.config.num_gpus_per_learner == 0
+    assert trial_request(plan.config).totals.get("GPU", 0.0) == 0
+    # Its inputs are left as they were: the pre-flight returns new ones.
+    assert res.experiment.resources.gpus_per_learner == 1
+    assert config.num_gpus_per_learner == 1
     assert "workbench: WARNING: NO GPU on --cluster cpus=8" in capsys.readouterr().err
 
 
@@ -591,7 +599,8 @@ def test_preflight_on_a_multi_node_cluster_checks_the_nodes(
         return ["results storage X is not shared: ..."]
 
     monkeypatch.setattr(plan_module, "check_nodes", check_nodes)
-    preflight(resolved(tmp_path, {"cpus_main": 1}))
+    res = resolved(tmp_path, {"cpus_main": 1})
+    preflight(res, build_config(res))
     assert len(checked) == 1
     assert "workbench: WARNING: results storage X is not shared" in capsys.readouterr().err
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from ray.train import Checkpoint
 from ray.tune.schedulers.pbt import _PBTTrialState
 
-from workbench.run.schedulers import SchedulerState, WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
+from workbench.run.scheduler_state import SchedulerState
+from workbench.run.schedulers import WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
 
 
 @dataclass(frozen=True)

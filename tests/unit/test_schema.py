@@ -22,7 +22,8 @@ from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
-from workbench.experiment.schema import Experiment, apply_overrides, load_experiment
+from workbench.experiment.schema import Experiment, load_experiment
+from workbench.experiment.yaml_input import apply_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
