@@ -103,16 +103,24 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     restore_from = _snapshot_checkpoints(results_dir)
     rows_before = {name: len(r) for name, r in result_rows(results_dir).items()}
     exploits_before = len(read_jsonl(results_dir / LINEAGE_FILE))
-
-    resumed = subprocess.run(
-        [WORKBENCH, "resume", str(results_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    # A process of someone else's that names the session's path (a `tail -f` on a Ray
+    # log): the cleanup must leave it alone.
+    log = str(Path(session["session_dir"]) / "logs" / "raylet.out")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", log])
+    try:
+        resumed = subprocess.run(
+            [WORKBENCH, "resume", str(results_dir)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert bystander.poll() is None, "the cleanup killed an unrelated process"
+    finally:
+        bystander.kill()
+        bystander.wait()
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    if leftovers:  # Ray's own processes outlive a SIGKILLed driver: cleaned, by session
+    if leftovers:  # Ray's own processes outlive a SIGKILLed driver: the ones it recorded
         assert "left behind by the interrupted driver" in resumed.stdout
         assert not [pid for pid in leftovers if _alive(pid)]
 

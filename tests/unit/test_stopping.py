@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import pickle
+from pathlib import Path
 
 from workbench.names import RETURN_METRIC
+from workbench.run import stopping
 from workbench.run.stopping import RulesStopper
 
 
@@ -44,3 +47,19 @@ def test_numpy_float32_returns_count() -> None:
     stopper = RulesStopper({RETURN_METRIC: -13.0}, all_at_return=True)
     assert stopper("a", _result(20, np.float32(-13.0)))
     assert stopper.stop_all()
+
+
+def test_a_stopper_unpickled_where_its_population_runs_is_the_live_one(tmp_path: Path) -> None:
+    # Tune puts the stopper of its snapshot in place of the run config's on resume.
+    key = str(tmp_path / "pop")
+    saved = RulesStopper({RETURN_METRIC: 100.0}, all_at_return=True, key=key)
+    saved(trial_id="t0", result={"env_runners": {"episode_return_mean": 120.0}})
+    snapshot = pickle.dumps(saved)
+    fresh = RulesStopper({RETURN_METRIC: 100.0}, all_at_return=True, key=key)  # the resume's
+    restored = pickle.loads(snapshot)
+    assert restored is fresh
+    assert fresh.stop_all() and fresh.reached_by == "t0"  # reached before: still reached
+    # In a process where the population does not run, it is a copy, as before.
+    stopping._LIVE.pop(key)
+    copy = pickle.loads(snapshot)
+    assert copy is not fresh and copy.reached_by == "t0" and copy.stop_all()

@@ -15,7 +15,7 @@ results folder, and its schedule could not be read or edited. The workbench's sc
 is plain data in the experiment file, validated like the rest of it, and the scheduler
 applies it the way PBT applies an exploit: set the new config, save a checkpoint,
 restore the trial's own checkpoint into a new actor (RLlib's Algorithm cannot change
-its config in place; `rllib_callbacks` resets the optimizer's lr after the restore)."""
+its config in place; `workbench.trial.callbacks` resets the optimizer's lr after the restore)."""
 
 from __future__ import annotations
 

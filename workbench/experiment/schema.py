@@ -441,7 +441,7 @@ def _legacy_resources_schema(schema: dict[str, Any]) -> None:
 
 
 class TrackingSection(_Strict):
-    """Where and what the workbench logs to MLflow (see workbench/tracking.py)."""
+    """Where and what the workbench logs to MLflow (see docs/tracking.md)."""
 
     enabled: bool = Field(True, description="Log the population to MLflow.")
     uri: str | None = Field(

@@ -140,6 +140,7 @@ def _session(
             all_at_return=exp.stop.all_at_return
             if exp.stop.all_at_return is not None
             else exp.scheduler.type in ("pbt", "pb2"),
+            key=str(resolved.results_dir),
         ),
         checkpoint_config=tune.CheckpointConfig(
             # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'

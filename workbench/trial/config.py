@@ -116,7 +116,7 @@ def with_resources_of(config: AlgorithmConfig, resolved: ResolvedExperiment) -> 
 
 
 def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConfig:
-    """The model and minibatch the experiment's defaults give (workbench/defaults.py);
+    """The model and minibatch the experiment's defaults give (workbench.experiment.defaults);
     the torch threads go with the callbacks class."""
     if defaults.model:
         config.rl_module(model_config=dict(defaults.model))

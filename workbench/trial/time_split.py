@@ -2,7 +2,7 @@
 sync and the rest, and what that says about the bottleneck.
 
 Everything here is a pure function of flattened RLlib results (``"timers/..."`` keys) or
-of the ``workbench/*`` metrics they become; `workbench/rllib_callbacks.py` computes one
+of the ``workbench/*`` metrics they become; `workbench.trial.callbacks` computes one
 `TimeSplit` per ``train()`` on the trial's actor and adds it to the result, and
 ``workbench diagnose`` reads the same figures back from MLflow.
 
