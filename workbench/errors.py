@@ -16,8 +16,16 @@ class Problem:
     message: str  # says the value and what would be valid
 
     def __str__(self) -> str:
+        """One line: a newline or other control character in a key or a value the
+        message quotes is shown escaped, so each problem stays a line of its own."""
         where = f"{self.file}: {self.field}" if self.field else self.file
-        return f"{where}: {self.message}"
+        return _one_line(f"{where}: {self.message}")
+
+
+def _one_line(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ExperimentError(Exception):
@@ -32,6 +40,13 @@ class ExperimentError(Exception):
     @classmethod
     def single(cls, file: str, field: str, message: str) -> ExperimentError:
         return cls([Problem(file, field, message)])
+
+
+class Interrupted(Exception):
+    """The run was stopped before Tune could save its state (Ctrl-C twice): the CLI says
+    what is left and exits 130, as a shell reports Ctrl-C."""
+
+    exit_code = 130
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

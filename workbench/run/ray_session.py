@@ -27,13 +27,19 @@ def dashboard_missing() -> str | None:
     )
 
 
-def start_ray(address: str | None, dashboard: bool = False) -> None:
+def check_dashboard(address: str | None, dashboard: bool) -> None:
+    """ExperimentError (exit 2) when --dashboard asks for what cannot start here: told
+    before anything is written or started."""
+    joining = bool(address or os.environ.get("RAY_ADDRESS"))
+    if dashboard and not joining and not ray.is_initialized() and (missing := dashboard_missing()):
+        raise ExperimentError.single("--dashboard", "", missing)
 
+
+def start_ray(address: str | None, dashboard: bool = False) -> None:
     if ray.is_initialized():
         return
+    check_dashboard(address, dashboard)
     joining = bool(address or os.environ.get("RAY_ADDRESS"))
-    if dashboard and not joining and (missing := dashboard_missing()):
-        raise ExperimentError.single("--dashboard", "", missing)
     if joining:
         context = ray.init(address=address or os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
