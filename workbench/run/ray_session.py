@@ -68,12 +68,20 @@ def record_ray_session(results_dir: Path) -> None:
     node = getattr(ray._private.worker, "_global_node", None)
     if node is None or not getattr(node, "head", False):
         return  # joined a cluster: not ours to clean up
+    pids = [
+        pid
+        for infos in node.all_processes.values()
+        for info in infos
+        if (pid := getattr(getattr(info, "process", None), "pid", None))
+    ]
+    # With what they started already (the raylet's DashboardAgent and RuntimeEnvAgent):
+    # those outlive a SIGKILLed driver, re-parented to init, where no walk from the
+    # raylet finds them later. Workers started later die with the raylet.
+    children = _children()
     started = []
-    for infos in node.all_processes.values():
-        for info in infos:
-            pid = getattr(getattr(info, "process", None), "pid", None)
-            if pid and (ticks := start_time(pid)) is not None:
-                started.append([pid, ticks])
+    for pid in _with_descendants(pids, children):
+        if (ticks := start_time(pid)) is not None:
+            started.append([pid, ticks])
     (results_dir / SESSION_FILE).write_text(
         json.dumps(
             {
@@ -124,17 +132,22 @@ def leftover_processes(record: dict[str, Any]) -> list[int]:
         for pid, ticks in record.get("processes", [])
         if start_time(int(pid)) == int(ticks) and _ours(int(pid))
     ]
-    children = _children()
+    return _with_descendants(alive, _children())
+
+
+def _with_descendants(pids: list[int], children: dict[int, list[int]]) -> list[int]:
+    """The processes and everything under them, children before parents; never this
+    process."""
     found: list[int] = []
 
     def walk(pid: int) -> None:
         for child in children.get(pid, []):
             if child != os.getpid() and child not in found:
                 walk(child)
-        if pid not in found:
+        if pid not in found and pid != os.getpid():
             found.append(pid)
 
-    for pid in alive:
+    for pid in pids:
         walk(pid)
     return found
 
