@@ -235,7 +235,7 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
     done = subprocess.run(
         [WORKBENCH, "run", str(fail)], capture_output=True, text=True, timeout=600, check=False
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Experiment fail: 2 trials, 1 errored" in done.stdout
     exp = client.get_experiment_by_name("fail")
     trials = client.search_runs(

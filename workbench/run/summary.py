@@ -30,10 +30,11 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        """0 done, 1 every trial failed, 130 interrupted (as a shell reports Ctrl-C)."""
+        """0 done, 1 a trial failed (its error is in its trial folder and on its MLflow
+        run), 130 interrupted (as a shell reports Ctrl-C)."""
         if self.interrupted:
             return 130
-        return 1 if self.errors and self.errors == len(self.trials) else 0
+        return 1 if self.errors else 0
 
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
