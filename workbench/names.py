@@ -14,6 +14,8 @@ RETURN_METRIC = "env_runners/episode_return_mean"
 STEPS_METRIC = "num_env_steps_sampled_lifetime"
 # Logged with every result; its history in MLflow gives a run's last step.
 STEP_METRIC = "training_iteration"
+# In the first result after a trial restored an older checkpoint than Tune asked for: why.
+CHECKPOINT_FALLBACK_KEY = "checkpoint_fallback"
 
 # --- the files of a results folder --------------------------------------------------------------
 STORE_FILE = "mlflow.db"  # the default sqlite MLflow store, beside the population folders
@@ -39,6 +41,7 @@ ERROR_TAG = "workbench.error"  # a trial's final failure
 LAST_FAILURE_TAG = "workbench.last_failure"  # a failure Tune retried
 FAILURES_TAG = "workbench.failures"
 STOPPED_BY_TAG = "workbench.stopped_by"
+CHECKPOINT_FALLBACK_TAG = "workbench.checkpoint_fallback"  # a damaged checkpoint skipped
 EVAL_TAG_PREFIX = "workbench.eval."
 # What `workbench eval` logs to a trial run: eval/<statistic> metrics.
 EVAL_METRIC_PREFIX = "eval/"

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from ray.train._internal.storage import _delete_fs_path
 from ray.tune import Callback
+
+from workbench.names import CHECKPOINT_FALLBACK_KEY, trial_name
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,15 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
             if path:
                 paths.add(path)
         return paths
+
+    def on_trial_result(
+        self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
+    ) -> None:
+        """Says on the console when a trial restored an older checkpoint than its newest
+        (it was damaged: workbench.trial.manifest); the tracker tags its MLflow run."""
+        note = result.get(CHECKPOINT_FALLBACK_KEY)
+        if isinstance(note, str) and note:
+            print(f"{trial_name(trial)}: {note}", file=sys.stderr, flush=True)
 
     def on_checkpoint(
         self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any

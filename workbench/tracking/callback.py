@@ -34,6 +34,8 @@ from typing import Any
 from ray.tune import Callback
 
 from workbench.names import (
+    CHECKPOINT_FALLBACK_KEY,
+    CHECKPOINT_FALLBACK_TAG,
     ERROR_TAG,
     FAILURES_TAG,
     LAST_FAILURE_TAG,
@@ -252,6 +254,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         # is the last one trained with the old values.
         self._queue_exploits(handle, restored_iteration=iteration - 1)
         self.writer.put(Result(handle, metrics, int(time.time() * 1000)))
+        fallback = result.get(CHECKPOINT_FALLBACK_KEY)  # a damaged checkpoint was skipped
+        if isinstance(fallback, str) and fallback:
+            self.writer.put(Tags(handle, {CHECKPOINT_FALLBACK_TAG: fallback[:4000]}))
         # Exploits decided on this very result: the trial restores before its next one.
         for record in self._exploits.get(handle, []):
             record["armed"] = True

@@ -1,12 +1,26 @@
-"""The trainable Tune runs: the RLlib algorithm class with a per-trial seed and a
-``reset_config`` so that Tune can reuse its actor."""
+"""The trainable Tune runs: the RLlib algorithm class with a per-trial seed, a
+``reset_config`` so that Tune can reuse its actor, and checkpoints that can be trusted
+(a manifest written last and checked after each save; a restore of a damaged
+checkpoint falls back to the newest intact one of the trial: workbench.trial.manifest)."""
 
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
+from ray.train import Checkpoint
+from ray.train._internal.session import _TrainingResult
 from ray.tune.result import TRIAL_INFO
+
+from workbench.names import CHECKPOINT_FALLBACK_KEY
+from workbench.trial.manifest import (
+    CheckpointDamaged,
+    policy_settings,
+    problem,
+    restore_choice,
+    write_manifest,
+)
 
 
 def trial_seed(base_seed: int, trial_id: str) -> int:
@@ -37,12 +51,28 @@ _RESET_KEEPS = (
 )
 
 
+def _local_path(checkpoint: Any) -> Path | None:
+    """A checkpoint's folder when it lies on this machine's file system (local storage
+    or a shared mount), else None (cloud storage: Tune downloads it, unchecked)."""
+    if isinstance(checkpoint, str | Path):  # (Tune's Checkpoint is an os.PathLike that refuses)
+        return Path(checkpoint)
+    path = getattr(checkpoint, "path", None)
+    filesystem = getattr(checkpoint, "filesystem", None)
+    if isinstance(path, str) and getattr(filesystem, "type_name", None) == "local":
+        return Path(path)
+    return None
+
+
 @cache
 def seeded_trainable(algo_class: type) -> type:
     """The algorithm class with a per-trial seed set before RLlib builds anything, and
     a ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``)."""
 
     class Seeded(algo_class):  # type: ignore[misc,valid-type]
+        # Why the last restore took another checkpoint than Tune asked for: reported
+        # with the next result (the driver prints it and tags the trial's MLflow run).
+        _checkpoint_note: str | None = None
+
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
             if isinstance(config, dict) and config.get(TRIAL_INFO) is not None:
                 config = dict(config)
@@ -66,6 +96,60 @@ def seeded_trainable(algo_class: type) -> type:
             for name, value in kept.items():
                 setattr(self, name, value)
             return True
+
+        def save_checkpoint(self, checkpoint_dir: str) -> None:
+            """RLlib's checkpoint, then its manifest, last: sizes and hashes of its files,
+            the settings acting with its policy needs, and Tune's counters."""
+            super().save_checkpoint(checkpoint_dir)
+            write_manifest(
+                Path(checkpoint_dir),
+                policy=policy_settings(self.config, self.iteration),
+                progress={
+                    "training_iteration": self.iteration,
+                    "time_total_s": self._time_total,
+                    "timesteps_total": self._timesteps_total,
+                    "episodes_total": self._episodes_total,
+                },
+            )
+
+        def save(self, checkpoint_dir: str | None = None) -> Any:
+            """Tune's save (the checkpoint copied into the trial folder), checked there:
+            a copy cut short fails the save, not a later restore."""
+            saved = super().save(checkpoint_dir)
+            path = _local_path(getattr(saved, "checkpoint", None))
+            if path is not None:
+                trouble = problem(path)
+                if trouble is not None:
+                    raise CheckpointDamaged(f"the checkpoint just saved, {path}, {trouble}")
+            return saved
+
+        def restore(self, checkpoint_path: Any) -> None:
+            """Tune's restore (a retry, a resume, a PBT exploit) of a whole checkpoint:
+            the one asked for, or when it is damaged, the newest intact one of the
+            trial before it. CheckpointDamaged, naming each one's problem, when none is."""
+            checkpoint = getattr(checkpoint_path, "checkpoint", checkpoint_path)
+            path = _local_path(checkpoint)
+            if path is not None:
+                choice = restore_choice(path)
+                if choice.note is not None:
+                    self._checkpoint_note = choice.note
+                    if isinstance(checkpoint, str | Path):
+                        checkpoint_path = str(choice.path)
+                    else:
+                        checkpoint_path = _TrainingResult(
+                            checkpoint=Checkpoint(
+                                path=str(choice.path), filesystem=checkpoint.filesystem
+                            ),
+                            metrics=dict(choice.progress or {}),
+                        )
+            super().restore(checkpoint_path)
+
+        def step(self) -> Any:
+            result = super().step()
+            if self._checkpoint_note is not None and isinstance(result, dict):
+                result[CHECKPOINT_FALLBACK_KEY] = self._checkpoint_note
+                self._checkpoint_note = None
+            return result
 
     Seeded.__name__ = Seeded.__qualname__ = algo_class.__name__
     return Seeded
