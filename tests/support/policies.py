@@ -15,12 +15,14 @@ import torch
 import sim_ext  # noqa: F401  (registers the sim_ext ids)
 from workbench.experiment.algorithms import config_class
 from workbench.policy.checkpoint import load_module, read_checkpoint
+from workbench.trial.manifest import policy_settings, write_manifest
 
 
 def learner_group_checkpoint(
     folder: Path, algorithm: str, env_id: str, env_config: dict[str, Any] | None = None
 ) -> Path:
-    """``folder`` as a checkpoint whose policy has fresh (seeded) random weights."""
+    """``folder`` as a checkpoint whose policy has fresh (seeded) random weights, with
+    the manifest a trial's checkpoint carries (workbench.trial.manifest)."""
     env = gym.make(env_id, **(env_config or {}))
     config = config_class(algorithm)().environment(env_id, env_config=dict(env_config or {}))
     torch.manual_seed(0)
@@ -28,6 +30,7 @@ def learner_group_checkpoint(
         spaces={"default_policy": (env.observation_space, env.action_space)}
     )
     group.save_to_path(str(folder / "learner_group"))
+    write_manifest(folder, policy=policy_settings(config, None))  # as a trial's checkpoint
     return folder
 
 

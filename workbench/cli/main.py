@@ -310,6 +310,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         deterministic=not args.stochastic,
         seed=args.seed,
         log=not args.no_log,
+        trust=args.trust,
     )
     if args.json:
         print(json.dumps(done.to_json(), indent=2))
@@ -362,6 +363,7 @@ def _cmd_export_policy(args: argparse.Namespace) -> int:
         store=args.store,
         population=args.population,
         env_id=args.env,
+        trust=args.trust,
     )
     print("\n".join(exported.lines()))
     return 0
@@ -527,6 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_argument("--json", action="store_true", help="machine-readable output")
     diagnose.set_defaults(handler=_cmd_diagnose)
 
+    trust = {
+        "action": "store_true",
+        "help": "read a checkpoint the workbench did not write (it has no "
+        "workbench_checkpoint.json) RLlib's way, by unpickling: only one you trust, as "
+        "unpickling runs whatever code its files hold",
+    }
     policy_ref = {
         "metavar": "RUN|CHECKPOINT",
         "help": "an MLflow trial run (run id, or trial name such as PPO_00003: its newest "
@@ -562,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store(evaluate)
     evaluate.add_argument("--no-log", action="store_true", help="do not log to MLflow")
+    evaluate.add_argument("--trust", **trust)  # type: ignore[arg-type]
     evaluate.add_argument("--json", action="store_true", help="machine-readable output")
     evaluate.set_defaults(handler=_cmd_eval)
 
@@ -598,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     export_policy.add_argument(
         "--population", help="population or experiment of a trial name (default: newest)"
     )
+    export_policy.add_argument("--trust", **trust)  # type: ignore[arg-type]
     _add_store(export_policy)
     export_policy.set_defaults(handler=_cmd_export_policy)
 

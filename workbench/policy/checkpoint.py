@@ -1,5 +1,14 @@
-"""Algorithm checkpoints read for inference only: where the RLModule lies, the config
-its learner group was built with, and which checkpoint a folder means."""
+"""Algorithm checkpoints read for inference only: where the RLModule lies, the settings
+acting with it needs, and which checkpoint a folder means.
+
+A checkpoint the workbench wrote carries a manifest (`workbench.trial.manifest`): its
+files' sizes and hashes, checked before anything is read, and the env and action
+settings as JSON. Its policy is then built without unpickling anything but plain data:
+RLlib's module pickles are read by an unpickler that accepts numbers, text, containers,
+numpy arrays, Gymnasium spaces and RLlib's own module classes, and refuses every other
+global (a function to call, a class from elsewhere). A checkpoint without a manifest can
+only be read RLlib's way, by unpickling, which runs whatever code its files hold: that
+takes ``trust=True`` (the CLI's ``--trust``)."""
 
 from __future__ import annotations
 
@@ -12,9 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
+from ray.rllib.core.models.catalog import Catalog
+from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.rl_module import RLModule
 
 from workbench.errors import ExperimentError
+from workbench.trial.manifest import MANIFEST_FILE, Candidate, choose, problem, read_manifest
 
 POLICY_ID = "default_policy"
 
@@ -34,6 +48,11 @@ _WHAT_IS_VALID = (
     "trial name, with --store/--population)"
 )
 
+_TRUST = (
+    "reading it means unpickling its files, which runs whatever code they hold; give "
+    "--trust if you trust where the checkpoint came from (docs/evaluate-export.md)"
+)
+
 
 @dataclass(frozen=True)
 class PolicyCheckpoint:
@@ -46,6 +65,8 @@ class PolicyCheckpoint:
     normalize_actions: bool  # RLlib unsquashes Box actions from [-1, 1] to the bounds
     clip_actions: bool  # ... or only clips them (when not normalising)
     training_iteration: int | None  # the Tune iteration the checkpoint was saved at
+    # --trust: its module is loaded RLlib's way (unpickling); else as plain data only.
+    trusted: bool = False
 
     @property
     def module_path(self) -> Path:
@@ -70,8 +91,19 @@ def trial_checkpoints(trial_dir: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def newest_checkpoint(checkpoints: list[Path]) -> Path:
+    """Of a trial's checkpoints (oldest first), the newest intact one, as a trial restores
+    (`workbench.trial.manifest.choose`); the newest if none is (reading it says why)."""
+    index = {path: i for i, path in enumerate(checkpoints)}
+    candidates = [
+        Candidate(i, (path / MANIFEST_FILE).is_file(), problem(path)) for path, i in index.items()
+    ]
+    chosen = choose(len(checkpoints) - 1, candidates)
+    return checkpoints[chosen.index] if chosen is not None else checkpoints[-1]
+
+
 def find_checkpoint(path: Path) -> Path:
-    """``path`` if it is a checkpoint, else the newest checkpoint of the trial folder."""
+    """``path`` if it is a checkpoint, else the newest intact checkpoint of the trial folder."""
     path = path.expanduser()
     if is_checkpoint(path):
         return path.resolve()
@@ -79,7 +111,7 @@ def find_checkpoint(path: Path) -> Path:
         raise ExperimentError.single(str(path), "", f"does not exist; {_WHAT_IS_VALID}")
     checkpoints = trial_checkpoints(path)
     if checkpoints:
-        return checkpoints[-1].resolve()
+        return newest_checkpoint(checkpoints).resolve()
     if path.is_dir() and (path / "params.json").is_file():
         raise ExperimentError.single(
             str(path),
@@ -91,9 +123,56 @@ def find_checkpoint(path: Path) -> Path:
     raise ExperimentError.single(str(path), "", f"is not a checkpoint; {_WHAT_IS_VALID}")
 
 
-def read_checkpoint(path: Path) -> PolicyCheckpoint:
-    """The checkpoint's algorithm, env and action settings (no module is built)."""
+def read_checkpoint(path: Path, *, trust: bool = False) -> PolicyCheckpoint:
+    """The checkpoint's algorithm, env and action settings (no module is built): from
+    its manifest, checked first; without one only with ``trust`` (by unpickling)."""
     path = find_checkpoint(path)
+    trouble = problem(path)
+    try:
+        manifest = read_manifest(path)
+    except ValueError:
+        manifest = {}
+    if manifest is not None and trouble is not None:
+        raise ExperimentError.single(
+            str(path),
+            "",
+            f"the checkpoint is damaged: {trouble}; give its trial folder for the newest "
+            "intact checkpoint",
+        )
+    settings = (manifest or {}).get("policy")
+    if isinstance(settings, dict):
+        try:
+            return _from_settings(path, settings, trust)
+        except (KeyError, TypeError, ValueError) as err:
+            why = f"its {MANIFEST_FILE} does not say how its policy acts ({err!r})"
+    elif manifest is None:
+        why = f"it was not written by the workbench (it has no {MANIFEST_FILE})"
+    else:
+        why = f"its {MANIFEST_FILE} does not say how its policy acts"
+    if not trust:
+        raise ExperimentError.single(str(path), "", f"{why}: {_TRUST}")
+    return _unpickled(path)
+
+
+def _from_settings(path: Path, settings: dict[str, Any], trust: bool) -> PolicyCheckpoint:
+    iteration = settings.get("training_iteration")
+    env_config = settings["env_config"]
+    if not isinstance(env_config, dict):
+        raise TypeError("env_config is not a mapping")
+    return PolicyCheckpoint(
+        path=path,
+        algorithm=str(settings["algorithm"]),
+        env_id=str(settings["env_id"]),
+        env_config=dict(env_config),
+        normalize_actions=bool(settings["normalize_actions"]),
+        clip_actions=bool(settings["clip_actions"]),
+        training_iteration=None if iteration is None else int(iteration),
+        trusted=trust,
+    )
+
+
+def _unpickled(path: Path) -> PolicyCheckpoint:
+    """RLlib's way (--trust): the learner group's pickled AlgorithmConfig."""
     try:
         with (path / _CONFIG_FILE).open("rb") as f:
             config = pickle.load(f)["ctor_args_and_kwargs"][1]["config"]
@@ -120,6 +199,7 @@ def read_checkpoint(path: Path) -> PolicyCheckpoint:
         normalize_actions=bool(config.normalize_actions),
         clip_actions=bool(config.clip_actions),
         training_iteration=None if iteration is None else int(iteration),
+        trusted=True,
     )
 
 
@@ -135,10 +215,96 @@ def _quiet_rllib() -> Iterator[None]:
         log.setLevel(level)
 
 
+# What RLlib's module pickles hold: numpy arrays (and the scalars and random generators
+# inside Gymnasium spaces), and classes of these kinds from Gymnasium and RLlib. Each of
+# these only builds data; none calls anything it is handed but another of them.
+_DATA_GLOBALS = {
+    ("collections", "OrderedDict"),
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    # A space's random generator: its bit generator by name or class, and its seed.
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random._mt19937", "MT19937"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random._pcg64", "PCG64DXSM"),
+    ("numpy.random._philox", "Philox"),
+    ("numpy.random._sfc64", "SFC64"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+}
+_DATA_PACKAGES = ("gymnasium.spaces.", "ray.rllib.")
+_DATA_CLASSES = (gym.Space, RLModule, Catalog, DefaultModelConfig)
+
+
+class _DataUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: a global outside `_DATA_GLOBALS`, or a class that is not
+    a Gymnasium space or RLlib's own module, catalog or model config, is refused before
+    anything is called."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _DATA_GLOBALS:
+            return super().find_class(module, name)
+        if module.startswith(_DATA_PACKAGES) and name.isidentifier():
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, _DATA_CLASSES):
+                return found
+        raise pickle.UnpicklingError(f"it refers to {module}.{name}, which is not plain data")
+
+
+def _plain_data(path: Path) -> Any:
+    with path.open("rb") as f:
+        return _DataUnpickler(f).load()
+
+
+def _module_as_data(folder: Path) -> Any:
+    """The RLModule of ``folder`` built from its class and settings and given its
+    weights, as RLModule.from_checkpoint does, with no code from the files run."""
+    ctor = _plain_data(folder / RLModule.CLASS_AND_CTOR_ARGS_FILE_NAME)
+    module_class = ctor["class"]
+    args, kwargs = ctor["ctor_args_and_kwargs"]
+    if not (isinstance(module_class, type) and issubclass(module_class, RLModule)):
+        raise TypeError(f"{module_class!r} is not an RLModule class")
+    state = _plain_data(folder / f"{RLModule.STATE_FILE_NAME}.pkl")
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, np.ndarray) and v.dtype != object
+        for k, v in state.items()
+    ):
+        raise TypeError("its weights are not a mapping of names to numeric arrays")
+    module = module_class(*args, **kwargs)
+    module.set_state(state)
+    return module
+
+
 def load_module(checkpoint: PolicyCheckpoint) -> Any:
-    """The checkpoint's RLModule, on CPU, in eval mode."""
+    """The checkpoint's RLModule, on CPU, in eval mode: built from plain data, or (a
+    trusted checkpoint) RLlib's way."""
     with _quiet_rllib():
-        module: Any = RLModule.from_checkpoint(checkpoint.module_path.resolve().as_posix())
+        if checkpoint.trusted:
+            module: Any = RLModule.from_checkpoint(checkpoint.module_path.resolve().as_posix())
+        else:
+            try:
+                module = _module_as_data(checkpoint.module_path)
+            except (
+                OSError,
+                EOFError,
+                pickle.UnpicklingError,
+                KeyError,
+                TypeError,
+                ValueError,
+            ) as err:
+                raise ExperimentError.single(
+                    str(checkpoint.path),
+                    str(MODULE_DIR),
+                    f"its policy cannot be read as plain data ({err}); {_TRUST}",
+                ) from None
     module.eval()
     return module
 

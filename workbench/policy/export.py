@@ -172,10 +172,14 @@ def export_reference(
     store: str | None = None,
     population: str | None = None,
     env_id: str | None = None,
+    trust: bool = False,
 ) -> ExportedPolicy:
     """`workbench export-policy`: the policy a RUN|CHECKPOINT reference means (see
-    `locate`), trained on `env_id` if given, exported into a new folder."""
-    _, checkpoint = locate_checkpoint(ref, store=store, population=population, env_id=env_id)
+    `locate`), trained on `env_id` if given, exported into a new folder; one the
+    workbench did not write only with `trust` (`workbench.policy.checkpoint`)."""
+    _, checkpoint = locate_checkpoint(
+        ref, store=store, population=population, env_id=env_id, trust=trust
+    )
     return export_policy(checkpoint, folder)
 
 

@@ -27,6 +27,7 @@ from workbench.policy.checkpoint import (
     PolicyCheckpoint,
     check_env,
     find_checkpoint,
+    newest_checkpoint,
     read_checkpoint,
     trial_checkpoints,
 )
@@ -77,7 +78,7 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
             "checkpoint.frequency iterations and at its end with checkpoint.at_end); "
             f"{_WHAT_IS_VALID}",
         )
-    return PolicySource(checkpoints[-1].resolve(), label, uri, trial.run_id)
+    return PolicySource(newest_checkpoint(checkpoints).resolve(), label, uri, trial.run_id)
 
 
 def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None]:
@@ -150,10 +151,12 @@ def locate_checkpoint(
     store: str | None = None,
     population: str | None = None,
     env_id: str | None = None,
+    trust: bool = False,
 ) -> tuple[PolicySource, PolicyCheckpoint]:
-    """`locate`, the checkpoint read, and refused unless it was trained on `env_id`."""
+    """`locate`, the checkpoint read, and refused unless it was trained on `env_id`;
+    one the workbench did not write only with `trust` (`read_checkpoint`)."""
     source = locate(ref, store=store, population=population)
-    checkpoint = read_checkpoint(source.checkpoint)
+    checkpoint = read_checkpoint(source.checkpoint, trust=trust)
     check_env(checkpoint, env_id, ref)
     return source, checkpoint
 
@@ -194,11 +197,14 @@ def evaluate_reference(
     deterministic: bool = True,
     seed: int = 0,
     log: bool = True,
+    trust: bool = False,
 ) -> LocatedEvaluation:
     """Evaluates the policy a RUN|CHECKPOINT reference means (see `locate`) and, with
     `log`, logs it to the trial's MLflow run when there is one. `env_config`: the env's
     settings to change, as ``KEY=VALUE`` texts (`parse_env_config`)."""
-    source, checkpoint = locate_checkpoint(ref, store=store, population=population, env_id=env_id)
+    source, checkpoint = locate_checkpoint(
+        ref, store=store, population=population, env_id=env_id, trust=trust
+    )
     overrides = parse_env_config(env_config, ref)
     result = evaluate_checkpoint(
         checkpoint,
