@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -33,3 +34,28 @@ def count_results(db: Path) -> dict[str, int]:
         except sqlite3.OperationalError:  # tables not created yet, or locked
             return {}
     return {str(name): int(n) for name, n in rows}
+
+
+def rows_as_ray_reads_them(results_dir: Path) -> tuple[dict[str, int], list[str]]:
+    """Trial name -> the rows Ray's own ExperimentAnalysis reads from its folder, and the
+    warnings Ray logged on the way (a row it cannot parse drops the trial's rows, with
+    a warning)."""
+    from ray.tune import ExperimentAnalysis
+
+    warnings: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
+
+    handler = Collect()
+    ray_logger = logging.getLogger("ray")
+    ray_logger.addHandler(handler)
+    try:
+        analysis = ExperimentAnalysis(str(results_dir))
+        frames = analysis.trial_dataframes
+    finally:
+        ray_logger.removeHandler(handler)
+    names = {trial.trial_id: Path(trial.path).name for trial in analysis.trials}
+    return {names[trial_id]: len(frame) for trial_id, frame in frames.items()}, warnings

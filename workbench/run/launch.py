@@ -29,6 +29,7 @@ from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.folder_lock import FolderLock
 from workbench.run.progress import ProgressTable
 from workbench.run.ray_session import cleanup_leftover_ray, record_ray_session, start_ray
+from workbench.run.result_files import result_loggers
 from workbench.run.results_folder import population_statuses
 from workbench.run.scheduler_state import SchedulerState
 from workbench.run.schedulers import scheduler, search_algorithm
@@ -121,6 +122,9 @@ def _session(
         add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
         if add_listener is not None:
             add_listener(tracker.on_exploit)
+    # After the stateful ones (whose saved state Tune hands back by position): result.json
+    # and progress.csv written whole, in place of Tune's loggers (workbench.run.result_files).
+    callbacks += result_loggers()
     tune_config = tune.TuneConfig(
         scheduler=trial_scheduler,
         search_alg=search_algorithm(resolved),
