@@ -39,6 +39,7 @@ from workbench.names import (
     STEPS_METRIC,
     TRIAL_ID_TAG,
 )
+from workbench.tracking.location import artifact_names, download_artifact, results_dir_of
 from workbench.tracking.store import client_for, resolve_store
 
 
@@ -154,7 +155,10 @@ def _population(client: Any, run: Any, experiment_names: dict[str, str]) -> Popu
         status=info.status,
         start_ms=info.start_time,
         end_ms=info.end_time,
-        results_dir=tags.get(RESULTS_DIR_TAG, ""),
+        # Where the folder lies now: a store beside its populations records them by name.
+        results_dir=results_dir_of(
+            tags.get(RESULTS_DIR_TAG, ""), getattr(client, "tracking_uri", None)
+        ),
     )
 
 
@@ -313,11 +317,10 @@ def step_schedule(client: Any, trial: TrialRun) -> list[tuple[int, int, dict[str
 
 def lineage_records(client: Any, population: Population) -> list[LineageRecord]:
     """The population's exploits, from the parent run's lineage.jsonl artifact."""
-    names = {a.path for a in client.list_artifacts(population.run_id)}
-    if LINEAGE_FILE not in names:
+    if LINEAGE_FILE not in artifact_names(client, population.run_id):
         return []
     with tempfile.TemporaryDirectory() as tmp:
-        path = client.download_artifacts(population.run_id, LINEAGE_FILE, tmp)
+        path = download_artifact(client, population.run_id, LINEAGE_FILE, tmp)
         return parse_jsonl(Path(path).read_text())
 
 

@@ -42,6 +42,7 @@ from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import ParamSpec, parse_search_space
 from workbench.experiment.yaml_input import read_yaml
 from workbench.names import RESOLVED_FILE
+from workbench.tracking.location import artifact_names, download_artifact
 
 
 def typed_value(spec: ParamSpec | None, value: Any) -> Any:
@@ -203,9 +204,9 @@ def _source_experiment(client: Any, population: Any, uri: str) -> tuple[dict[str
     local = Path(population.results_dir) / RESOLVED_FILE if population.results_dir else None
     if local is not None and local.is_file():
         return saved_defaults(read_yaml(local)), str(local)
-    if RESOLVED_FILE in {a.path for a in client.list_artifacts(population.run_id)}:
+    if RESOLVED_FILE in artifact_names(client, population.run_id):
         with tempfile.TemporaryDirectory() as tmp:
-            path = client.download_artifacts(population.run_id, RESOLVED_FILE, tmp)
+            path = download_artifact(client, population.run_id, RESOLVED_FILE, tmp)
             where = f"{uri} run {population.run_id}: {RESOLVED_FILE}"
             return saved_defaults(read_yaml(Path(path))), where
     raise ExperimentError.single(
@@ -282,6 +283,10 @@ def export_schedule(
         f"`workbench run`.\n"
     )
     data = replay_experiment(raw, steps, name=name, iterations=iterations)
+    if population.results_dir:
+        # Beside the population where it lies now (a copied or moved storage folder's,
+        # not the one it was trained in); the file may be run from anywhere.
+        data["storage"] = str(Path(population.results_dir).parent)
     return ExportedSchedule(data, header, population.name, trial.name, segments, schedule)
 
 

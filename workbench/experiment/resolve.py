@@ -202,11 +202,21 @@ def saved_defaults(data: Any) -> Any:
 
 def load_saved(path: Path) -> ResolvedExperiment:
     """A results folder's saved experiment, resolved for resuming it (saved_defaults'
-    reading of files from before the ``defaults`` field, as an override)."""
+    reading of files from before the ``defaults`` field, as an override).
+
+    The population is the folder that holds the file, wherever it lies now: a copied or
+    moved folder goes on where it lies, never in the folder it was copied from. Files
+    written before saved the absolute ``storage`` they were trained in; it is not read."""
+    path = Path(path)
+    folder = path.parent.resolve()
     raw = read_yaml(path)
     pinned = saved_defaults(raw)
     overrides = [] if pinned is raw else [f"defaults={pinned['defaults']}"]
-    return load_and_resolve(path, overrides, check_results=False)
+    experiment = load_experiment(path, overrides)
+    experiment = experiment.model_copy(update={"storage": str(folder.parent)})
+    resolved = resolve(experiment, path, check_results=False)
+    resolved.results_dir = folder  # its own name, should it have been renamed
+    return resolved
 
 
 def _check_env(

@@ -32,6 +32,7 @@ from workbench.policy.checkpoint import (
     trial_checkpoints,
 )
 from workbench.policy.evaluate import Evaluation, evaluate_checkpoint, parse_env_config
+from workbench.tracking.location import results_dir_of, results_dir_tag, sqlite_file
 from workbench.tracking.store import client_for, resolve_store, tracking_uri_for
 
 
@@ -43,6 +44,7 @@ class PolicySource:
     label: str  # how to name it to a person
     uri: str | None = None
     run_id: str | None = None
+    why_no_run: str = "no trial run found"  # said when there is no run to log to
 
 
 def locate(ref: str, *, store: str | None = None, population: str | None = None) -> PolicySource:
@@ -50,15 +52,16 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     path = Path(ref).expanduser()
     if path.exists():
         checkpoint = find_checkpoint(path)
-        uri, run_id = _run_of_trial_dir(checkpoint.parent, store)
-        return PolicySource(checkpoint, str(checkpoint), uri, run_id)
+        uri, run_id, why = _run_of_trial_dir(checkpoint.parent, store)
+        return PolicySource(checkpoint, str(checkpoint), uri, run_id, why)
     if "/" in ref or ref.startswith("."):
         raise ExperimentError.single(ref, "", f"no such folder; {_WHAT_IS_VALID}")
     uri = resolve_store(store)
     client = client_for(uri)
     trial = find_trial(client, ref, population, uri)
     parent = client.get_run(trial.parent_run_id)
-    results_dir = parent.data.tags.get(RESULTS_DIR_TAG, "")
+    # Where the population's folder lies now: the store records it relative to itself.
+    results_dir = results_dir_of(parent.data.tags.get(RESULTS_DIR_TAG, ""), uri)
     pop_name = parent.data.tags.get(RUN_NAME_TAG, parent.info.run_id)
     label = f"trial {trial.name} (run {trial.run_id}) of population {pop_name}"
     trial_dir = Path(results_dir) / trial.name
@@ -81,23 +84,18 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     return PolicySource(newest_checkpoint(checkpoints).resolve(), label, uri, trial.run_id)
 
 
-def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None]:
-    """The MLflow store and run of a workbench trial folder ((None, None) if none)."""
+def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None, str]:
+    """The MLflow store and run of a workbench trial folder, wherever the folder lies now
+    ((None, None) if none), and why there is no run when there is none."""
     results_dir = trial_dir.parent
-    uri = resolve_store(store) if store is not None else _store_of_results(results_dir)
+    uri, why = (resolve_store(store), "") if store is not None else _store_of_results(results_dir)
     if uri is None:
-        return None, None
+        return None, None, why or "no trial run found"
     client = client_for(uri)
     try:
-        parents = client.search_runs(
-            [e.experiment_id for e in client.search_experiments()],
-            filter_string=f"tags.`{RESULTS_DIR_TAG}` = '{results_dir}'",
-            order_by=["start_time DESC"],
-            max_results=1,
-        )
-        if not parents:
-            return uri, None
-        parent = parents[0]
+        parent = _population_run(client, uri, results_dir)
+        if parent is None:
+            return uri, None, "no trial run found"
         children = client.search_runs(
             [parent.info.experiment_id],
             filter_string=f"tags.`{PARENT_RUN_TAG}` = '{parent.info.run_id}' "
@@ -105,25 +103,57 @@ def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, s
             max_results=1,
         )
     except Exception:  # a store that does not answer: evaluate anyway, log nothing
-        return uri, None
-    return uri, children[0].info.run_id if children else None
+        return uri, None, "no trial run found"
+    return uri, children[0].info.run_id if children else None, "no trial run found"
 
 
-def _store_of_results(results_dir: Path) -> str | None:
-    """The store a workbench results folder logged to, when it is there to be read."""
+def _population_run(client: Any, uri: str, results_dir: Path) -> Any:
+    """The newest population run whose folder is `results_dir` where it lies now: the
+    store records a folder beside it by name, another by its absolute path (and stores
+    written before, or copied from elsewhere, by the path it had then)."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    here = str(results_dir.resolve())
+    for tag in dict.fromkeys([results_dir_tag(results_dir, uri), here]):
+        found = client.search_runs(
+            experiments,
+            filter_string=f"tags.`{RESULTS_DIR_TAG}` = '{tag}'",
+            order_by=["start_time DESC"],
+            max_results=1,
+        )
+        if found:
+            return found[0]
+    moved = client.search_runs(
+        experiments,
+        filter_string=f"tags.`{RESULTS_DIR_TAG}` LIKE '%/{results_dir.name}'",
+        order_by=["start_time DESC"],
+    )
+    return next(
+        (r for r in moved if results_dir_of(r.data.tags.get(RESULTS_DIR_TAG, ""), uri) == here),
+        None,
+    )
+
+
+def _store_of_results(results_dir: Path) -> tuple[str | None, str]:
+    """The store a workbench results folder logged to, when it is there to be read (the
+    default one: beside the folder, where it lies now), and why not when it is not."""
     file = results_dir / RESOLVED_FILE
     if not file.is_file():
-        return None
+        return None, ""
     try:
         experiment = load_experiment(file)
     except ExperimentError:
-        return None
+        return None, ""
     if not experiment.tracking.enabled:
-        return None
+        return None, "its population was not tracked"
     uri = tracking_uri_for(experiment.tracking.uri, results_dir.parent)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        return None  # MLflow would create an empty store there
-    return uri
+    db = sqlite_file(uri)
+    if db is not None and not db.is_file():
+        # MLflow would create an empty store there.
+        return None, (
+            f"no MLflow store beside its results folder: {db} is missing (a population "
+            "folder copied without the storage folder's store; pass --store)"
+        )
+    return uri, ""
 
 
 def log_evaluation(client: Any, run_id: str, result: Evaluation) -> None:
@@ -213,7 +243,7 @@ def evaluate_reference(
         seed=seed,
         env_config=overrides,
     )
-    logged = "not logged to MLflow (" + ("--no-log)" if not log else "no trial run found)")
+    logged = "not logged to MLflow (" + ("--no-log)" if not log else f"{source.why_no_run})")
     if source.run_id and source.uri and log:
         log_evaluation(client_for(source.uri), source.run_id, result)
         logged = f"logged to MLflow run {source.run_id} as eval/* ({source.uri})"

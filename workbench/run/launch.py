@@ -20,7 +20,7 @@ from ray.tune.utils import flatten_dict
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
-from workbench.names import RESOLVED_FILE, trial_name
+from workbench.names import ARTIFACTS_DIR, RESOLVED_FILE, STORE_FILE, trial_name
 from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
 from workbench.policy.evaluate import evaluate_checkpoint
@@ -36,6 +36,7 @@ from workbench.run.schedulers import scheduler, search_algorithm
 from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
+from workbench.tracking.location import results_dir_tag, sqlite_file
 from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
 from workbench.trial.trainable import seeded_trainable
@@ -44,17 +45,20 @@ from workbench.trial.trainable import seeded_trainable
 def prepare_results_dir(resolved: ResolvedExperiment) -> None:
     """Creates the experiment folder and saves the resolved experiment in it.
 
-    The saved file is a complete experiment file (search space inline, storage
-    absolute), so `workbench resume` rebuilds the same population from it alone.
+    The saved file is a complete experiment file (search space inline), so `workbench
+    resume` rebuilds the same population from it alone. It names no folder: the
+    population is the folder the file lies in (`load_saved`), so that a copied or moved
+    folder is resumed where it lies.
     """
     resolved.results_dir.mkdir(parents=True, exist_ok=True)
     data = describe(resolved)
     data.pop("results_dir", None)
+    data.pop("storage", None)
     data["search_space"] = {"params": data["search_space"]["params"]}
-    data["storage"] = str(resolved.results_dir.parent)
     header = (
         f"# The experiment as resolved for this results folder (from {resolved.file}).\n"
-        "# `workbench resume` reads it; edit only if you know why.\n"
+        "# `workbench resume` reads it; edit only if you know why. No storage: the\n"
+        "# population is the folder this file lies in, wherever it is now.\n"
     )
     (resolved.results_dir / RESOLVED_FILE).write_text(
         header + yaml.safe_dump(data, sort_keys=False)
@@ -68,14 +72,19 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
     storage_root = resolved.results_dir.parent
     uri = tracking_uri_for(exp.tracking.uri, storage_root)
     described = flatten_dict(describe(resolved), delimiter=".")
+    # The folder's name in a store beside it (the two move together), else its path.
+    folder_tag = results_dir_tag(resolved.results_dir, uri)
     return TrackingTarget(
         uri=uri,
         experiment=exp.tracking.experiment or exp.name,
         population=exp.name,
-        key=str(resolved.results_dir),
+        key=folder_tag,
         results_dir=resolved.results_dir,
+        results_dir_tag=folder_tag,
+        # Populations tracked before the key was relative, resumed where they ran.
+        legacy_keys=tuple({str(resolved.results_dir)} - {folder_tag}),
         # A local store keeps its artifacts next to it; a server decides for itself.
-        artifact_root=storage_root / "mlartifacts" if uri.startswith("sqlite:") else None,
+        artifact_root=storage_root / ARTIFACTS_DIR if uri.startswith("sqlite:") else None,
         metrics=exp.tracking.metrics,
         flush_timeout_s=exp.tracking.flush_timeout_s,
         parent_params={
@@ -86,6 +95,25 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
         hyperparameters={key: name for name, key in resolved.tune_keys.items()},
         time_budget_s=exp.stop.wall_time_s,
         render_plots=render_population_pngs,
+    )
+
+
+def missing_store_note(resolved: ResolvedExperiment) -> str | None:
+    """What a resume says of a population folder copied without the store beside it
+    (None when the store is there, elsewhere, or nothing was tracked yet)."""
+    exp = resolved.experiment
+    if not exp.tracking.enabled:
+        return None
+    db = sqlite_file(tracking_uri_for(exp.tracking.uri, resolved.results_dir.parent))
+    if db is None or db.exists() or db.parent != resolved.results_dir.parent:
+        return None
+    if not any(resolved.results_dir.glob("*/result.json")):
+        return None
+    return (
+        f"No MLflow store beside {resolved.results_dir} ({db} is missing): this "
+        "population's runs so far are in the store of the storage folder it was copied "
+        f"from, and this resume starts new runs in {db}. To go on in the same runs, stop "
+        f"(Ctrl-C) and copy that folder's {STORE_FILE} and {ARTIFACTS_DIR}/ beside it."
     )
 
 
@@ -318,6 +346,9 @@ def resume(
     _tune_environment()
     # The only writer of the folder: a driver of it that still runs refuses this resume.
     with FolderLock(resolved.results_dir, "resume"):
+        note = missing_store_note(resolved)
+        if note:
+            print(note)
         killed = cleanup_leftover_ray(resolved.results_dir)
         if killed:
             print(

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from ray.train import Checkpoint
@@ -153,7 +154,22 @@ class ResumablePBT(ResumableScheduler):
         if saved is None or state is None:
             return
         for name, value in saved.items():
+            if name == "last_checkpoint":
+                value = _where_it_lies(value, trial)
             setattr(state, name, value)
+
+
+def _where_it_lies(checkpoint: Any, trial: Any) -> Any:
+    """A checkpoint from the snapshot of a folder since copied or moved: the same
+    checkpoint of the trial's folder where it lies now (Tune does this for the
+    checkpoints it tracks, not for those PBT holds)."""
+    here = getattr(trial, "path", None)
+    if not isinstance(checkpoint, Checkpoint) or not isinstance(here, str):
+        return checkpoint
+    saved = Path(checkpoint.path)
+    if saved.parent.name != Path(here).name or saved.parent == Path(here):
+        return checkpoint
+    return Checkpoint(path=str(Path(here) / saved.name), filesystem=checkpoint.filesystem)
 
 
 class WorkbenchPBT(ExploitRecorder, ResumablePBT, PopulationBasedTraining):

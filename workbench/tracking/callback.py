@@ -73,9 +73,13 @@ class TrackingTarget:
     uri: str
     experiment: str
     population: str  # the parent run's name
-    key: str  # identifies the population across restores
+    key: str  # identifies the population across restores (see results_dir_tag)
     results_dir: Path
     artifact_root: Path | None
+    # The folder as the store records it: its name in a store beside it (they are
+    # copied and moved together; workbench.tracking.location), else its absolute path.
+    results_dir_tag: str = ""
+    legacy_keys: tuple[str, ...] = ()  # keys of the same population tracked before
     metrics: str | list[str] = "curated"
     flush_timeout_s: float = 120.0
     parent_params: dict[str, str] = field(default_factory=dict)
@@ -144,7 +148,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         return {"version": 1, "key": self.target.key, "runs": runs, "seq": self._seq}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if state.get("key") != self.target.key:
+        # Another key: a copy of the folder in another place of the same store, whose
+        # runs are the original's (or a snapshot from before keys were relative).
+        if state.get("key") not in (self.target.key, *self.target.legacy_keys):
             return
         self._runs = dict(state.get("runs", {}))
         # The lineage file, not this snapshot, numbers the next exploit (see setup).
@@ -193,7 +199,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 parent=None,
                 tags={
                     ROLE_TAG: "population",
-                    RESULTS_DIR_TAG: str(self.target.results_dir),
+                    RESULTS_DIR_TAG: self.target.results_dir_tag or str(self.target.results_dir),
                 },
                 params=self.target.parent_params,
             )

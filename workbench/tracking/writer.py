@@ -22,6 +22,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from workbench.names import CLONED_FROM_TAG, KEY_TAG, LAST_EXPLOIT_TAG, PARENT, STEP_METRIC
+from workbench.tracking.location import rebase_artifacts
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class StoreWriter:
         self._client: Any = None
         self._experiment_id: str | None = None
         self._lineage_dirty = False
+        self._rebased = artifact_root is None
         self._down_since: float | None = None
         self._down_reason = ""
         self.written_results = 0
@@ -282,12 +284,27 @@ class StoreWriter:
                     self._experiment_id = str(again.experiment_id)
         return self._experiment_id
 
+    def _rebase(self) -> None:
+        """Once, before anything is written: a local store copied or moved with its
+        population has its experiment's artifacts beside it from now on, never in the
+        folder it was copied from (`workbench.tracking.location.rebase_artifacts`)."""
+        if self._rebased or self.artifact_root is None:
+            return
+        found = self.client().get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            rebase_artifacts(self.uri, str(found.experiment_id), self.artifact_root)
+        self._rebased = True
+
     def _apply(self, batch: list[Op]) -> tuple[list[Op], Exception | None]:
         """Applies ops in order until the store fails; returns the ops left and the error.
 
         A request the store refuses for good (a malformed value) is dropped with a
         warning instead of blocking everything behind it.
         """
+        try:
+            self._rebase()
+        except Exception as err:
+            return batch, err
         i = 0
         while i < len(batch):
             op = batch[i]
@@ -363,10 +380,19 @@ class StoreWriter:
         client = self.client()
         if op.handle in self.runs:
             run_id = self.runs[op.handle]
-            info = client.get_run(run_id).info
-            if info.status != "RUNNING":
-                client.update_run(run_id, status="RUNNING")
-            return
+            try:
+                info = client.get_run(run_id).info
+            except MlflowException as err:
+                if getattr(err, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                    raise
+                # A run of Tune's snapshot this store has not (a population folder copied
+                # without its store): found by its key, or opened anew, below.
+                with self._cv:
+                    del self.runs[op.handle]
+            else:
+                if info.status != "RUNNING":
+                    client.update_run(run_id, status="RUNNING")
+                return
         exp_id = self.experiment_id()
         found = client.search_runs(
             [exp_id], filter_string=f"tags.`{KEY_TAG}` = '{op.key}'", max_results=1
