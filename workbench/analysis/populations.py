@@ -40,7 +40,7 @@ from workbench.names import (
     TRIAL_ID_TAG,
 )
 from workbench.tracking.location import artifact_names, download_artifact, results_dir_of
-from workbench.tracking.store import client_for, resolve_store
+from workbench.tracking.store import open_store
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -440,8 +440,7 @@ def find_target(target: str | None, *, store: str | None, population_ref: str | 
     (`population_ref`: the population of a trial name); None: the newest population."""
     folder = Path(target) if target is not None else None
     is_folder = folder is not None and (folder / RESOLVED_FILE).is_file()
-    uri = resolve_store(store if store or not is_folder else str(folder))
-    client = client_for(uri)
+    uri, client = open_store(store if store or not is_folder else str(folder))
     if folder is not None and is_folder:
         wanted = str(folder.resolve())
         found = [p for p in populations(client) if p.results_dir == wanted]

@@ -3,7 +3,8 @@
 Every command parses its options, calls one function of the package and prints what it
 returns (numbers, times and tables: `workbench.cli.format`).
 
-Exit codes: 0 success, 1 the run failed, 2 bad input (nothing was started).
+Exit codes: 0 success, 1 the run failed, 2 bad input (nothing was started; for the
+commands that read an MLflow store, also a store that cannot be read: one line).
 
 Imports: each handler imports its command's package modules itself (the one place the
 workbench imports inside functions), so that `workbench --help` and the light commands
@@ -24,7 +25,7 @@ from workbench.cli.format import num, shown, table, when
 from workbench.errors import ExperimentError
 from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, RETURN_METRIC
-from workbench.tracking.store import client_for, resolve_store
+from workbench.tracking.store import open_store, read_failure, resolve_store
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -117,9 +118,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> tuple[str, Any]:
-    """--store as (tracking URI, MLflow client)."""
-    uri = resolve_store(args.store)
-    return uri, client_for(uri)
+    """--store as (tracking URI, read-only MLflow client), the store checked first."""
+    return open_store(args.store)
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -382,6 +382,8 @@ def _add_store(parser: argparse.ArgumentParser) -> None:
         help="MLflow store: a results folder, an mlflow.db file or a tracking URI "
         "(default: MLFLOW_TRACKING_URI, else results/mlflow.db)",
     )
+    # A store that fails while the command reads it is one line (main), not a traceback.
+    parser.set_defaults(reads_store=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -624,6 +626,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except ExperimentError as err:
         print(err, file=sys.stderr)
+        return ExperimentError.exit_code
+    except Exception as err:
+        failure = read_failure(err, args.store) if getattr(args, "reads_store", False) else None
+        if failure is None:
+            raise
+        print(failure, file=sys.stderr)
         return ExperimentError.exit_code
 
 

@@ -33,7 +33,7 @@ from workbench.policy.checkpoint import (
 )
 from workbench.policy.evaluate import Evaluation, evaluate_checkpoint, parse_env_config
 from workbench.tracking.location import results_dir_of, results_dir_tag, sqlite_file
-from workbench.tracking.store import client_for, resolve_store, tracking_uri_for
+from workbench.tracking.store import client_for, open_store, resolve_store, tracking_uri_for
 
 
 @dataclass
@@ -56,8 +56,7 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
         return PolicySource(checkpoint, str(checkpoint), uri, run_id, why)
     if "/" in ref or ref.startswith("."):
         raise ExperimentError.single(ref, "", f"no such folder; {_WHAT_IS_VALID}")
-    uri = resolve_store(store)
-    client = client_for(uri)
+    uri, client = open_store(store)  # read-only, checked first; eval logs with its own
     trial = find_trial(client, ref, population, uri)
     parent = client.get_run(trial.parent_run_id)
     # Where the population's folder lies now: the store records it relative to itself.
