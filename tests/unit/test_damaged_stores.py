@@ -235,6 +235,7 @@ def test_other_inspection_commands_refuse_a_damaged_store_too(
         ["eval", "PPO_00000"],
         ["export-policy", "PPO_00000", "-o", str(tmp_path / "policy")],
         ["export-schedule", "-o", str(tmp_path / "x.yaml")],
+        ["ui"],
     ):
         assert main([*args, "--store", str(db)]) == 2, args
         _one_line(capsys, str(db), "is empty")

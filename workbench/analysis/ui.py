@@ -14,11 +14,17 @@ own command leaves to the user:
 * footprint: one worker, no job-execution runner (MLflow 3 starts a runner and three
   queue consumers for its GenAI judges, which the workbench never uses), no
   telemetry, the server's log in a file, and the whole process group stopped at the
-  end so that no uvicorn worker outlives the command."""
+  end so that no uvicorn worker outlives the command: after Ctrl-C, SIGTERM (a service
+  manager, `kill`) or SIGHUP (the terminal closed) alike. The server runs in a session
+  of its own, so those signals reach only the command, which stops the server's group.
+
+A damaged store, a port out of range or one another program holds is one line and
+exit 2, before any server starts."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -28,12 +34,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 from workbench.analysis.populations import populations
 from workbench.errors import ExperimentError
-from workbench.tracking.store import ENV_VAR, client_for
+from workbench.tracking.store import ENV_VAR, check_store, read_client
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,6 +51,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+_FREE = "or leave out --port for a free one"
+
+
+def check_port(host: str, port: int) -> None:
+    """ExperimentError (one line, exit 2) unless `port` is one the server could listen on:
+    in range, not held by another program, and allowed to this user."""
+    where = f"--port {port}"
+    if not 1 <= port <= 65535:
+        raise ExperimentError.single(where, "", f"is not a port number; valid: 1-65535, {_FREE}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As uvicorn binds: a port left in TIME_WAIT by an earlier server is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                why = f"{host}:{port} is in use by another program"
+            elif err.errno == errno.EACCES:
+                why = f"listening on {host}:{port} is not allowed to this user (ports below 1024)"
+            else:
+                why = f"cannot listen on {host}:{port} ({err.strerror})"
+            raise ExperimentError.single(where, "", f"{why}; try another port, {_FREE}") from None
 
 
 def experiment_url(ui_url: str, experiment_id: str) -> str:
@@ -85,8 +118,13 @@ class UiServer:
 
         MLflow's CLI forwards SIGTERM to uvicorn, but a worker it started can outlive
         it, so the signal goes to the whole process group (the server runs in its own
-        session); whatever is left after `timeout_s` gets SIGKILL.
+        session); whatever is left after `timeout_s` gets SIGKILL. Ctrl-C, SIGTERM and
+        SIGHUP wait until it is done (a second Ctrl-C must not leave the server behind).
         """
+        with _signals(signal.SIG_IGN, ("SIGINT", *_STOP_SIGNALS)):
+            self._stop(timeout_s)
+
+    def _stop(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         if self.process.poll() is None:
             self._signal(signal.SIGTERM)
@@ -198,6 +236,9 @@ def start_ui(
             "is already an MLflow server with its own UI: open it in a browser; "
             "valid here: a sqlite store or a database URI",
         )
+    if port is not None:
+        check_port(host, port)
+    check_store(tracking_uri)
     if port is None:
         port = free_port(host)
     if log_path is None:
@@ -221,6 +262,11 @@ def start_ui(
     try:
         while True:
             if not server.running():
+                if "address already in use" in server.log_tail().lower():
+                    busy = f"{host}:{port} is in use by another program"
+                    raise ExperimentError.single(  # taken since check_port looked
+                        f"--port {port}", "", f"{busy}; try another port, {_FREE}"
+                    )
                 raise RuntimeError(
                     f"the MLflow server for {tracking_uri} exited with status "
                     f"{process.returncode} (log {log_path}):\n{server.log_tail()}"
@@ -242,13 +288,48 @@ def _population_links(tracking_uri: str, ui_url: str) -> list[str]:
     """Direct links to each experiment's runs table (the UI's front page is MLflow's
     GenAI overview, not the runs)."""
     try:
-        found = populations(client_for(tracking_uri))
+        found = populations(read_client(tracking_uri))
     except Exception:  # the links are a convenience; the UI works without them
         return []
     seen: dict[str, str] = {}
     for pop in found:
         seen.setdefault(pop.experiment, pop.experiment_id)
     return [f"  {name}: {experiment_url(ui_url, exp_id)}" for name, exp_id in seen.items()]
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, to end it the way Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise StopSignal(signum)
+
+
+@contextlib.contextmanager
+def _signals(handler: Any, names: tuple[str, ...]) -> Iterator[None]:
+    """`handler` for the named signals this platform has, the previous ones restored at
+    the end (nothing when not on the main thread, where Python cannot handle signals)."""
+    previous: dict[signal.Signals, Any] = {}
+    for name in names:
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:
+            break
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def serve_forever(
@@ -260,26 +341,35 @@ def serve_forever(
 ) -> int:
     """`workbench ui`: starts the UI, prints its address and waits for Ctrl-C.
 
-    Returns the exit status: 0 after Ctrl-C, 1 if the server died on its own.
+    SIGTERM and SIGHUP stop it as Ctrl-C does; each stops the server's whole process
+    group, also while it is still starting, and a second signal does not interrupt that.
+    Returns the exit status: 0 once stopped, 1 if the server died on its own or did not
+    start (its log's tail on stderr).
     """
     if tracking_uri.startswith(("http://", "https://")):
         print(f"MLflow UI for {tracking_uri}: {tracking_uri} (a running server; nothing to start)")
         return 0
-    server = start_ui(tracking_uri, host=host, port=port, log_path=log_path)
-    try:
-        print(f"MLflow UI for {tracking_uri}: {server.url} (Ctrl-C to stop)", flush=True)
-        for line in _population_links(tracking_uri, server.url):
-            print(line, flush=True)
-        print(f"server log: {server.log_path}", flush=True)
-        while server.running():
-            time.sleep(0.5)
-        print(
-            f"the MLflow server exited with status {server.process.returncode} "
-            f"(log {server.log_path}):\n{server.log_tail()}",
-            file=sys.stderr,
-        )
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        server.stop()
+    server: UiServer | None = None
+    with _signals(_raise_stop, _STOP_SIGNALS):
+        try:
+            server = start_ui(tracking_uri, host=host, port=port, log_path=log_path)
+            print(f"MLflow UI for {tracking_uri}: {server.url} (Ctrl-C to stop)", flush=True)
+            for line in _population_links(tracking_uri, server.url):
+                print(line, flush=True)
+            print(f"server log: {server.log_path}", flush=True)
+            while server.running():
+                time.sleep(0.5)
+            print(
+                f"the MLflow server exited with status {server.process.returncode} "
+                f"(log {server.log_path}):\n{server.log_tail()}",
+                file=sys.stderr,
+            )
+            return 1
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP
+            return 0
+        except RuntimeError as err:  # the server did not start (start_ui stopped it)
+            print(err, file=sys.stderr)
+            return 1
+        finally:
+            if server is not None:
+                server.stop()
