@@ -24,7 +24,7 @@ from workbench import __version__
 from workbench.cli.format import num, shown, table, when
 from workbench.errors import ExperimentError
 from workbench.experiment.environments import describe_environments
-from workbench.names import RESOLVED_FILE, RETURN_METRIC
+from workbench.names import RESOLVED_FILE, RETURN_METRIC, SPOOL_FILE
 from workbench.tracking.store import open_store, read_failure, resolve_store
 
 
@@ -111,10 +111,29 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     )
     if done is not None:
         print(done)
-        return 0
+        return _write_spool(resolved)
     summary = resume(resolved, restart_errored=args.restart_errored, address=args.address)
     print("\n".join(summary.lines()))
     return summary.exit_code
+
+
+def _write_spool(resolved: Any) -> int:
+    """A finished population's spooled MLflow writes (the store did not answer at its end),
+    written now: no resume will (a resume writes them before it continues)."""
+    if not resolved.experiment.tracking.enabled:
+        return 0
+    if not (resolved.results_dir / SPOOL_FILE).is_file():
+        return 0
+    from workbench.run.folder_lock import FolderLock
+    from workbench.run.launch import tracking_target
+    from workbench.tracking.spool import write_spool
+
+    with FolderLock(resolved.results_dir, "resume"):
+        written = write_spool(tracking_target(resolved))
+    if written is None:
+        return 0
+    print(written.line())
+    return 1 if written.left else 0
 
 
 def _store(args: argparse.Namespace) -> tuple[str, Any]:
@@ -451,7 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(handler=_cmd_plan)
 
     resume = commands.add_parser(
-        "resume", help="continue a stopped or failed population (same runs, same config)"
+        "resume",
+        help="continue a stopped or failed population (same runs, same config); of a "
+        "finished one, write the MLflow results spooled while the store did not answer",
     )
     resume.add_argument("target", metavar="RESULTS_DIR|EXPERIMENT_NAME")
     resume.add_argument(
