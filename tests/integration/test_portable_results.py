@@ -186,6 +186,8 @@ def test_a_copied_population_resumes_where_it_lies(
         n: r.info.run_id for n, r in runs_before.items()
     }
     assert runs["pbt"].data.tags[RESULTS_DIR_TAG] == "pbt"
+    # Finished: the trials that ended before the resume are no sign of an interruption.
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
     history = client.get_metric_history(runs["PPO_00000"].info.run_id, "training_iteration")
     assert max(history, key=lambda m: m.step).value == 7
     here = (copy / ARTIFACTS_DIR).as_uri()

@@ -333,7 +333,12 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             if by_rule:
                 self.writer.put(Tags(handle, {STOPPED_BY_TAG: by_rule}))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
-        never_started = any(t.trial_id not in self._opened for t in trials)
+        # Trials this driver never started: cut short, unless they ended before it (the
+        # finished trials of a resumed population).
+        never_started = any(
+            t.trial_id not in self._opened and t.status not in ("TERMINATED", "ERROR")
+            for t in trials
+        )
         interrupted = not by_rule and (bool(unfinished) or never_started)
         all_failed = bool(statuses) and all(s == "ERROR" for s in statuses.values())
         parent_status = "KILLED" if interrupted else "FAILED" if all_failed else "FINISHED"
