@@ -135,3 +135,26 @@ def test_cleanup_stops_the_recorded_processes_and_their_children_and_nothing_els
             _stop(process)
         with contextlib.suppress(OSError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_cleanup_leaves_the_processes_of_a_driver_that_still_runs(tmp_path: Path) -> None:
+    # A copy of a running population's folder carries its record: resuming the copy
+    # must not stop the original's Ray.
+    ray_like = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        ticks = start_time(ray_like.pid)
+        (tmp_path / SESSION_FILE).write_text(
+            json.dumps(
+                {
+                    "driver_pid": os.getpid(),  # alive: this test is the running driver
+                    "driver_start": start_time(os.getpid()),
+                    "processes": [[ray_like.pid, ticks]],
+                }
+            )
+        )
+        assert cleanup_leftover_ray(tmp_path) == []
+        assert ray_like.poll() is None
+    finally:
+        _stop(ray_like)

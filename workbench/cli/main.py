@@ -22,7 +22,7 @@ from typing import Any
 
 from workbench import __version__
 from workbench.cli.format import num, shown, table, when
-from workbench.errors import ExperimentError
+from workbench.errors import ExperimentError, Interrupted
 from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, RETURN_METRIC, SPOOL_FILE
 from workbench.tracking.store import open_store, read_failure, resolve_store
@@ -648,6 +648,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExperimentError as err:
         print(err, file=sys.stderr)
         return ExperimentError.exit_code
+    except Interrupted as err:
+        print(f"workbench: {err}", file=sys.stderr)
+        return Interrupted.exit_code
+    except KeyboardInterrupt:
+        # Outside Tune's loop (starting up, evaluating): nothing half-written to tidy.
+        print("workbench: interrupted", file=sys.stderr)
+        return Interrupted.exit_code
     except Exception as err:
         failure = read_failure(err, args.store) if getattr(args, "reads_store", False) else None
         if failure is None:

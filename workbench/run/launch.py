@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,17 +20,27 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.tune.utils import flatten_dict
 
 from workbench.analysis.population_plots import render_population_pngs
-from workbench.errors import ExperimentError, Problem
+from workbench.errors import ExperimentError, Interrupted, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
 from workbench.names import ARTIFACTS_DIR, RESOLVED_FILE, STORE_FILE, trial_name
 from workbench.plan.preflight import preflight
-from workbench.policy.checkpoint import check_env, read_checkpoint, trial_checkpoints
+from workbench.policy.checkpoint import (
+    check_env,
+    newest_checkpoint,
+    read_checkpoint,
+    trial_checkpoints,
+)
 from workbench.policy.evaluate import evaluate_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.folder_lock import FolderLock
 from workbench.run.progress import ProgressTable
-from workbench.run.ray_session import cleanup_leftover_ray, record_ray_session, start_ray
+from workbench.run.ray_session import (
+    check_dashboard,
+    cleanup_leftover_ray,
+    record_ray_session,
+    start_ray,
+)
 from workbench.run.result_files import result_loggers
 from workbench.run.results_folder import population_statuses
 from workbench.run.scheduler_state import SchedulerState
@@ -204,21 +216,72 @@ def _tune_environment() -> None:
     # The workbench snapshots the experiment after every trial checkpoint on purpose
     # (ResumableScheduler); Tune would warn about each one.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Ctrl-C is the workbench's to handle (_StopSignals); Tune keeps SIGUSR1.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
 
 
-def _fit(tuner: Any) -> tuple[Any, float]:
-    """Tuner.fit with SIGTERM treated like Ctrl-C (Kubernetes stops pods with SIGTERM;
-    Tune saves its state only on SIGINT/SIGUSR1). Returns the results and the wall time."""
+class _StopSignals:
+    """Ctrl-C (SIGINT, to the whole foreground group) and SIGTERM during Tuner.fit.
 
-    previous = None
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
-        previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGUSR1))
+    Tune's own SIGINT handler stops at the first Ctrl-C and then puts Python's back, so
+    the next one raises KeyboardInterrupt wherever the driver happens to be: inside
+    Tune's final save, a garbage-collection callback, Ray's atexit hooks. Each left a
+    traceback and some MLflow runs RUNNING. The workbench handles both signals instead
+    (Tune's SIGINT handler is off: TUNE_DISABLE_SIGINT_HANDLER): the first asks Tune to
+    stop through SIGUSR1, the signal Tune keeps for that (its state is saved, the runs
+    end KILLED and `workbench resume` goes on); any later one is only noted, for the rest
+    of the driver's life. Kubernetes stops pods with SIGTERM: the same path.
+
+    Before Tune's loop has started there is nothing to save: the first signal then
+    raises KeyboardInterrupt, and `_fit` marks what the tracker opened KILLED."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.installed = False
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+            self._previous = {
+                sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
+            }
+            self.installed = True
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            return  # already stopping: a traceback now would only lose the saved state
+        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
+            raise KeyboardInterrupt  # Tune's loop has not started: nothing to save yet
+        print(
+            "workbench: stopping; saving the population's state (resume it with "
+            "`workbench resume`)",
+            file=sys.stderr,
+        )
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def __exit__(self, *exc: object) -> None:
+        # Once stopping, later signals stay noted only, until the process ends.
+        if self.installed and not self.count:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+
+
+def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float]:
+    """Tuner.fit under the workbench's stop signals (_StopSignals). Returns the results
+    and the wall time; Interrupted when stopped before Tune's loop began."""
     start = time.monotonic()
-    try:
-        return tuner.fit(), time.monotonic() - start
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with _StopSignals():
+        try:
+            return tuner.fit(), time.monotonic() - start
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if session.tracker is not None:
+                session.tracker.abandon()
+            raise Interrupted(
+                "Interrupted before the population started; its MLflow runs are marked "
+                f"KILLED. `workbench resume {results_dir}` starts it where it was."
+            ) from None
 
 
 def _finish(
@@ -255,7 +318,8 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
         )
         return
     try:
-        checkpoint = read_checkpoint(checkpoints[-1])
+        # The newest intact one, as a restore would take (a damaged newest is skipped).
+        checkpoint = read_checkpoint(newest_checkpoint(checkpoints))
         check_env(checkpoint, resolved.experiment.env.id, str(resolved.file))
         summary.evaluation = evaluate_checkpoint(
             checkpoint,
@@ -307,6 +371,7 @@ def run(
     """
 
     _tune_environment()
+    check_dashboard(address, dashboard)  # before the lock: a refused run leaves nothing
     with FolderLock(resolved.results_dir, "run"):
         # Under the lock: a run of the same name that started at the same moment and
         # wrote first is seen now (resolve's look was before either wrote).
@@ -325,7 +390,7 @@ def run(
             tune_config=session.tune_config,
             run_config=session.run_config,
         )
-        return _finish(resolved, session, *_fit(tuner))
+        return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
 
 
 def resume(
@@ -381,7 +446,7 @@ def resume(
         session.run_config.storage_path = internal._run_config.storage_path
         internal._tune_config = session.tune_config
         internal._run_config = session.run_config
-        return _finish(resolved, session, *_fit(tuner))
+        return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
 
 
 __all__ = ["RunSummary", "resume", "run"]

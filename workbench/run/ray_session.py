@@ -86,6 +86,7 @@ def record_ray_session(results_dir: Path) -> None:
         json.dumps(
             {
                 "driver_pid": os.getpid(),
+                "driver_start": start_time(os.getpid()),
                 # Read by `workbench diagnose --timeline` to reach the running Ray; never
                 # used to choose what to stop.
                 "session_dir": node.get_session_dir_path(),
@@ -172,8 +173,17 @@ def cleanup_leftover_ray(results_dir: Path) -> list[int]:
         record = json.loads(record_file.read_text())
     except (OSError, ValueError):
         record = {}
+    if not isinstance(record, dict):
+        record = {}
+    driver, started = record.get("driver_pid"), record.get("driver_start")
+    if isinstance(driver, int) and started is not None and start_time(driver) == started:
+        # The driver that started them still runs: not leftovers, but another population's
+        # Ray (this folder is a copy of one that runs, or was moved while it ran). Its
+        # processes are its own; this record is stale here.
+        record_file.unlink()
+        return []
     killed = []
-    for pid in leftover_processes(record if isinstance(record, dict) else {}):
+    for pid in leftover_processes(record):
         try:
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)

@@ -353,15 +353,38 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             return "the experiment's wall-clock budget"
         return ""
 
-    def finish(self, parent_status: str, trials: Iterable[Any] = ()) -> None:
+    def abandon(self, timeout_s: float = 10.0) -> None:
+        """The driver stops in the middle of Tune's loop (Ctrl-C twice): every run still
+        open ends KILLED (a resume reopens it), and what is queued is written within
+        ``timeout_s`` or spooled. No plots: the user asked to stop now."""
+        if self._writer is None and not (self._opened - self._ended):
+            return  # finished already, or nothing was opened
+        now = int(time.time() * 1000)
+        for handle in sorted(self._opened - self._ended - {PARENT}):
+            self._ended.add(handle)
+            self.writer.put(EndRun(handle, "KILLED", now))
+        self.finish(
+            "KILLED", artifacts=False, timeout_s=min(timeout_s, self.target.flush_timeout_s)
+        )
+
+    def finish(
+        self,
+        parent_status: str,
+        trials: Iterable[Any] = (),
+        *,
+        artifacts: bool = True,
+        timeout_s: float | None = None,
+    ) -> None:
         """Artifacts of the population, its end status, then everything flushed."""
+        timeout_s = self.target.flush_timeout_s if timeout_s is None else timeout_s
         writer = self.writer
         writer.start()
-        if writer.flush(self.target.flush_timeout_s):
+        if artifacts and writer.flush(timeout_s):
             for path in self._population_artifacts():
                 writer.put(Artifact(PARENT, str(path)))
         writer.put(EndRun(PARENT, parent_status, int(time.time() * 1000)))
-        left = writer.close(self.target.flush_timeout_s)
+        self._ended.add(PARENT)
+        left = writer.close(timeout_s)
         if left:
             spool = self.target.results_dir / SPOOL_FILE
             with spool.open("a") as f:
@@ -369,7 +392,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                     f.write(op_to_json(op) + "\n")
             self._event(
                 f"MLflow store {self.target.uri} did not answer for "
-                f"{self.target.flush_timeout_s:.0f} s: {len(left)} operations saved to {spool}; "
+                f"{timeout_s:.0f} s: {len(left)} operations saved to {spool}; "
                 "`workbench resume` writes them"
             )
         self._runs = writer.run_ids()
