@@ -45,6 +45,7 @@ from workbench.run.result_files import result_loggers
 from workbench.run.results_folder import population_statuses
 from workbench.run.scheduler_state import SchedulerState
 from workbench.run.schedulers import scheduler, search_algorithm
+from workbench.run.state_sync import sync_without_temp_files
 from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
@@ -218,6 +219,7 @@ def _tune_environment() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Ctrl-C is the workbench's to handle (_StopSignals); Tune keeps SIGUSR1.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    sync_without_temp_files()
 
 
 class _StopSignals:
