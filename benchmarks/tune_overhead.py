@@ -196,8 +196,8 @@ def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     fit_s: list[float] = []
     original = launch._fit
 
-    def timed_fit(tuner: Any) -> tuple[Any, float]:
-        results, elapsed = original(tuner)
+    def timed_fit(tuner: Any, *args: Any) -> tuple[Any, float]:
+        results, elapsed = original(tuner, *args)
         fit_s.append(elapsed)
         return results, elapsed
 
