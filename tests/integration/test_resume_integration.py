@@ -55,11 +55,13 @@ def _snapshot_checkpoints(results_dir: Path) -> dict[str, tuple[int, float]]:
 
 
 def _alive(pid: int) -> bool:
+    """Running: a zombie (dead, waiting for a parent that may never reap it in a
+    container without an init) is not."""
     try:
-        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return True
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:

@@ -234,6 +234,8 @@ def test_a_tracking_server_outage_loses_nothing(
     tmp_path: Path, local_ray: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "server.db"
+    # A tracking server's store: created here (the UI launcher only opens stores that exist).
+    MlflowClient(f"sqlite:///{store}").search_experiments()
     port = free_port()
     server = start_ui(f"sqlite:///{store}", port=port)
     outage = threading.Event()

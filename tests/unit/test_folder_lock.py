@@ -158,3 +158,32 @@ def test_cleanup_leaves_the_processes_of_a_driver_that_still_runs(tmp_path: Path
         assert ray_like.poll() is None
     finally:
         _stop(ray_like)
+
+
+def test_cleanup_stops_what_a_dead_raylet_started_after_the_record(tmp_path: Path) -> None:
+    # A worker the raylet was starting when the driver died: not in the record, re-parented
+    # to init, found by the raylet's pid the raylet put in its environment.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a raylet pid no process holds now
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    marked = subprocess.Popen(sleeper, env={**os.environ, "RAY_RAYLET_PID": str(gone.pid)})
+    unmarked = subprocess.Popen(sleeper)
+    try:
+        for _ in range(100):
+            if start_time(marked.pid) is not None:
+                break
+            time.sleep(0.02)
+        started = start_time(marked.pid)
+        assert started is not None
+        record = tmp_path / SESSION_FILE
+        # A raylet recorded as started after the marked process: not its child.
+        record.write_text(json.dumps({"raylets": [[gone.pid, started + 1]]}))
+        assert cleanup_leftover_ray(tmp_path) == []
+        record.write_text(json.dumps({"raylets": [[gone.pid, started]]}))
+        assert cleanup_leftover_ray(tmp_path) == [marked.pid]
+        assert marked.wait(timeout=10) == -signal.SIGKILL
+        assert unmarked.poll() is None
+    finally:
+        for process in (marked, unmarked):
+            process.kill()
+            process.wait()

@@ -76,7 +76,14 @@ def record_ray_session(results_dir: Path) -> None:
     ]
     # With what they started already (the raylet's DashboardAgent and RuntimeEnvAgent):
     # those outlive a SIGKILLed driver, re-parented to init, where no walk from the
-    # raylet finds them later. Workers started later die with the raylet.
+    # raylet finds them later. What the raylet starts later is found by the raylet's
+    # mark in its environment (see leftover_processes).
+    raylets = [
+        [pid, ticks]
+        for info in node.all_processes.get("raylet", [])
+        if (pid := getattr(getattr(info, "process", None), "pid", None))
+        and (ticks := start_time(pid)) is not None
+    ]
     children = _children()
     started = []
     for pid in _with_descendants(pids, children):
@@ -91,6 +98,7 @@ def record_ray_session(results_dir: Path) -> None:
                 # used to choose what to stop.
                 "session_dir": node.get_session_dir_path(),
                 "processes": started,
+                "raylets": raylets,
             }
         )
     )
@@ -133,7 +141,36 @@ def leftover_processes(record: dict[str, Any]) -> list[int]:
         for pid, ticks in record.get("processes", [])
         if start_time(int(pid)) == int(ticks) and _ours(int(pid))
     ]
-    return _with_descendants(alive, _children())
+    found = _with_descendants(alive, _children())
+    return found + [pid for pid in _spawned_by_dead_raylets(record) if pid not in found]
+
+
+def _spawned_by_dead_raylets(record: dict[str, Any]) -> list[int]:
+    """Processes a recorded raylet started after the record (a worker it was starting
+    when the driver died, stuck connecting to it), orphaned since: the raylet puts its pid
+    in their environment (RAY_RAYLET_PID). Only while no process holds that pid (else a
+    new raylet may have it), only ours, only started after the recorded raylet."""
+    out: list[int] = []
+    for pid, ticks in record.get("raylets", []):
+        if start_time(int(pid)) is not None:
+            continue  # alive (its children are walked) or the pid is someone else's now
+        mark = f"RAY_RAYLET_PID={int(pid)}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            started = start_time(int(entry.name))
+            if (
+                mark in environ
+                and started is not None
+                and started >= int(ticks)
+                and _ours(int(entry.name))
+            ):
+                out.append(int(entry.name))
+    return out
 
 
 def _with_descendants(pids: list[int], children: dict[int, list[int]]) -> list[int]:
