@@ -192,3 +192,26 @@ def test_a_nan_return_is_no_score_for_pbt() -> None:
     assert decision == "CONTINUE"
     assert pbt._trial_state[trials[0]].last_score == 40.0
     assert pbt._trial_state[trials[0]].last_perturbation_time == 2  # decided next time
+
+
+def test_an_exploited_trial_that_was_saving_is_paused_not_stopped() -> None:
+    # Tune caches STOP when PBT pauses (without a checkpoint) a trial that is saving; the
+    # trial would end TERMINATED once the save resolves, and synchronous PBT wait for it.
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from workbench.run.schedulers import drop_stop_cached_by_pause
+
+    trial = SimpleNamespace(trial_id="t1", status=Trial.PAUSED)
+    controller = SimpleNamespace(_cached_trial_decisions={"t1": TrialScheduler.STOP, "t2": "x"})
+    assert drop_stop_cached_by_pause(controller, trial)
+    assert controller._cached_trial_decisions == {"t2": "x"}
+    # Anything else stays: another decision, or a trial that is not paused.
+    controller._cached_trial_decisions["t1"] = TrialScheduler.PAUSE
+    assert not drop_stop_cached_by_pause(controller, trial)
+    running = SimpleNamespace(trial_id="t2", status=Trial.RUNNING)
+    controller._cached_trial_decisions["t2"] = TrialScheduler.STOP
+    assert not drop_stop_cached_by_pause(controller, running)
+    assert controller._cached_trial_decisions == {"t1": TrialScheduler.PAUSE, "t2": "STOP"}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ray.train import Checkpoint
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import (
     ASHAScheduler,
     FIFOScheduler,
@@ -172,11 +173,42 @@ def _where_it_lies(checkpoint: Any, trial: Any) -> Any:
     return Checkpoint(path=str(Path(here) / saved.name), filesystem=checkpoint.filesystem)
 
 
-class WorkbenchPBT(ExploitRecorder, ResumablePBT, PopulationBasedTraining):
+class NoStopAfterSave:
+    """Mixin for PBT and PB2: an exploited trial is paused, never ended.
+
+    PBT pauses the trial it exploits without a checkpoint (``pause_trial(...,
+    should_checkpoint=False)``). When that trial is still saving its own periodic
+    checkpoint, Tune's ``_schedule_trial_stop`` caches a STOP decision to run once the
+    save resolves (Ray 2.60, TuneController): the trial then ends TERMINATED far from
+    its stop rule, with its new values, and synchronous PBT waits for it forever (seen
+    in CI: three trials PAUSED at the sync point, one TERMINATED at iteration 3). Slower
+    saves (checkpoint manifests, a loaded machine) make the race likelier. The cached
+    STOP is dropped: the trial stays PAUSED, to restart from the donor's checkpoint.
+    """
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
+        drop_stop_cached_by_pause(tune_controller, trial)
+
+
+def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
+    """Drops a STOP that pausing ``trial`` cached while it was saving; True if one was."""
+    decisions = getattr(tune_controller, "_cached_trial_decisions", None)
+    if (
+        isinstance(decisions, dict)
+        and decisions.get(trial.trial_id) == TrialScheduler.STOP
+        and trial.status == Trial.PAUSED
+    ):
+        del decisions[trial.trial_id]
+        return True
+    return False
+
+
+class WorkbenchPBT(NoStopAfterSave, ExploitRecorder, ResumablePBT, PopulationBasedTraining):
     pass
 
 
-class WorkbenchPB2(ExploitRecorder, ResumablePBT, PB2):
+class WorkbenchPB2(NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",
