@@ -1,9 +1,9 @@
 """deploy/kuberay: the manifests against KubeRay's own CRD schemas, the entrypoint's
 run-or-resume behaviour, and the pods against `workbench plan` of the experiment they run.
 
-KubeRay's CRDs (API ray.io/v1) are read from $WORKBENCH_KUBERAY_CRDS, else from
-``../shared/kuberay-crds`` beside the repository; where they are not, the tests that need
-them skip, or fail under CI. They are validated the way the API server
+KubeRay's published CRDs (API ray.io/v1) are read from $WORKBENCH_KUBERAY_CRDS, else from
+the folder the CI machine lays beside the repository (crds_folder); where they are not, the
+tests that need them skip, or fail under CI. They are validated the way the API server
 applies a structural schema: unknown fields are pruned (an error under kubectl's default
 strict field validation), ``x-kubernetes-int-or-string`` takes either, int32/int64 formats
 are range-checked, list-map keys must be unique, and CEL rules are not evaluated here (a
@@ -40,8 +40,8 @@ CRD_FILES = ("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml")
 
 
 def crds_folder() -> Path:
-    """Where KubeRay's CRDs are read from: $WORKBENCH_KUBERAY_CRDS, else the workspace's
-    shared folder beside the repository (reference data, not copied into it)."""
+    """Where KubeRay's CRDs are read from: $WORKBENCH_KUBERAY_CRDS, else the CRD folder CI
+    lays beside the repository (reference data, not copied into it)."""
     configured = os.environ.get(CRDS_VARIABLE)
     return Path(configured) if configured else ROOT.parent / "shared" / "kuberay-crds"
 
