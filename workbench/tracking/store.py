@@ -24,6 +24,7 @@ from typing import Any
 
 from workbench.errors import ExperimentError
 from workbench.names import STORE_FILE
+from workbench.tracking.location import sqlite_file
 
 
 def default_tracking_uri(storage_root: Path) -> str:
@@ -149,18 +150,6 @@ def _refused(where: str, message: str) -> ExperimentError:
     return ExperimentError.single(where, "", message)
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (None: not one, or in memory)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    rest = uri.removeprefix("sqlite:///").split("?", 1)[0]
-    if rest.startswith("file:"):
-        rest = urllib.parse.unquote(rest.removeprefix("file:"))
-    if rest in ("", ":memory:"):
-        return None
-    return Path(rest)
-
-
 def _sqlite_header_problem(path: Path, size: int) -> str | None:
     """What SQLite's 100-byte header says is wrong with the file (None: nothing)."""
     with path.open("rb") as f:
@@ -269,7 +258,7 @@ def check_store(uri: str) -> None:
     ``http(s)``: the server answers within seconds. Other databases are MLflow's to check.
     """
     if uri.startswith("sqlite:"):
-        path = sqlite_path(uri)
+        path = sqlite_file(uri)
         if path is None:
             raise _refused(uri, "an in-memory store holds nothing to read; " + _VALID)
         _check_sqlite(path)
@@ -288,7 +277,7 @@ def read_client(uri: str) -> Any:
     or add its default experiment on first use). HTTP: requests time out in seconds.
     """
     check_store(uri)
-    path = sqlite_path(uri)
+    path = sqlite_file(uri)
     if path is not None:
         uri = f"sqlite:///{_sqlite_read_only(path)}&uri=true"
     elif uri.startswith(("http://", "https://")):
