@@ -12,6 +12,11 @@ from typing import Any
 # --- result keys (RLlib 2.60's new API stack) ---------------------------------------------------
 RETURN_METRIC = "env_runners/episode_return_mean"
 STEPS_METRIC = "num_env_steps_sampled_lifetime"
+# The score schedulers rank, stop rules test and tables show: the mean return of the last K
+# completed episodes, carried across iterations (RETURN_METRIC is one iteration's few episodes).
+SCORE_METRIC = "score/return_mean"
+SCORE_STD_METRIC = "score/return_std"
+SCORE_EPISODES_METRIC = "score/episodes"  # how many episodes the window holds (<= K)
 # Logged with every result; its history in MLflow gives a run's last step.
 STEP_METRIC = "training_iteration"
 # In the first result after a trial restored an older checkpoint than Tune asked for: why.
@@ -46,6 +51,8 @@ EVAL_TAG_PREFIX = "workbench.eval."
 # What `workbench eval` logs to a trial run: eval/<statistic> metrics.
 EVAL_METRIC_PREFIX = "eval/"
 EVAL_RETURN_METRIC = EVAL_METRIC_PREFIX + "return_mean"
+EVAL_STD_METRIC = EVAL_METRIC_PREFIX + "return_std"
+EVAL_EPISODES_METRIC = EVAL_METRIC_PREFIX + "episodes"
 
 
 def trial_name(trial: Any) -> str:
