@@ -14,7 +14,9 @@ start without Ray, torch, MLflow or matplotlib (keep `workbench --help` under ~0
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,9 @@ from workbench.errors import ExperimentError, Interrupted
 from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, RETURN_METRIC, SPOOL_FILE
 from workbench.tracking.store import open_store, read_failure, resolve_store
+
+# A reader that closed the pipe early (`| head`): the status of a process SIGPIPE ended.
+CLOSED_PIPE_EXIT = 141
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
@@ -89,7 +94,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     cluster = cluster_for(args.cluster or [], args.address, file=args.file)
     plan = make_plan(resolved, cluster, probe=args.probe)
     if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
+        _print_json(plan.to_json())
     else:
         print("\n".join(plan.lines()))
     if not plan.fits:
@@ -136,6 +141,11 @@ def _write_spool(resolved: Any) -> int:
     return 1 if written.left else 0
 
 
+def _print_json(data: Any) -> None:
+    """JSON on stdout: paths and other objects as their text."""
+    print(json.dumps(data, indent=2, default=str))
+
+
 def _store(args: argparse.Namespace) -> tuple[str, Any]:
     """--store as (tracking URI, read-only MLflow client), the store checked first."""
     return open_store(args.store)
@@ -145,10 +155,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     from workbench.analysis.populations import find_population, leaderboard, populations
 
     uri, client = _store(args)
-    if args.experiment is None:
+    ref = _population_ref(args)
+    if ref is None:
         found = populations(client, with_trials=True)
         if args.json:
-            print(json.dumps([p.to_json() for p in found], indent=2))
+            _print_json([p.to_json() for p in found])
             return 0
         if not found:
             print(f"No populations in {uri} yet.")
@@ -172,9 +183,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         headers = ["experiment", "population", "status", "trials", "best return", "best trial"]
         print(table([*headers, "started", "run id"], rows))
         return 0
-    pop = find_population(client, args.experiment, uri)
+    pop = find_population(client, ref, uri)
     if args.json:
-        print(json.dumps(pop.to_json(), indent=2))
+        _print_json(pop.to_json())
         return 0
     board = leaderboard(pop)
     hps = sorted({k for t in board for k in t.hyperparameters()})
@@ -205,7 +216,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     uri, client = _store(args)
     detail = trial_detail(client, args.run, args.population, uri)
     if args.json:
-        print(json.dumps(detail.to_json(), indent=2, default=str))
+        _print_json(detail.to_json())
         return 0
     trial = detail.trial
     print(
@@ -237,10 +248,10 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
     from workbench.analysis.populations import population_lineage
 
     uri, client = _store(args)
-    lineage = population_lineage(client, args.experiment, uri)
+    lineage = population_lineage(client, _population_ref(args), uri)
     pop = lineage.population
     if args.json:
-        print(json.dumps(lineage.to_json(), indent=2, default=str))
+        _print_json(lineage.to_json())
     else:
         print(f"Lineage of population {pop.name} ({len(lineage.records)} exploits):")
         print(lineage.tree())
@@ -288,7 +299,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         print(f"Time split written to {path}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         timeline = str(capture.path) if capture else None
-        print(json.dumps({**found.to_json(), "timeline": timeline}, indent=2))
+        _print_json({**found.to_json(), "timeline": timeline})
         return 0
     print(f"Where the time goes in population {pop.name} ({pop.experiment}, {pop.status}):")
     if not found.has_figures:
@@ -332,7 +343,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         trust=args.trust,
     )
     if args.json:
-        print(json.dumps(done.to_json(), indent=2))
+        _print_json(done.to_json())
         return 0
     source, checkpoint, result = done.source, done.checkpoint, done.result
     print(f"Evaluated {source.label}")
@@ -352,8 +363,21 @@ def _cmd_export_schedule(args: argparse.Namespace) -> int:
     if output.exists():
         raise ExperimentError.single(str(output), "-o", "exists; give a new file name")
     uri, client = _store(args)
-    written = write_schedule(client, uri, output, args.experiment, args.trial)
+    written = write_schedule(client, uri, output, _population_ref(args), args.trial)
     exported = written.exported
+    if args.json:
+        _print_json(
+            {
+                "file": str(output),
+                "population": exported.population,
+                "trial": exported.trial,
+                "iterations": exported.iterations,
+                "steps": exported.steps,
+                "ancestry": [dataclasses.asdict(s) for s in exported.segments],
+                "storage": str(written.results_dir.parent),
+            }
+        )
+        return 0
     print(
         f"Schedule of {exported.trial} (population {exported.population}) written to "
         f"{output}: {len(exported.steps)} steps over {exported.iterations} iterations"
@@ -384,6 +408,9 @@ def _cmd_export_policy(args: argparse.Namespace) -> int:
         env_id=args.env,
         trust=args.trust,
     )
+    if args.json:
+        _print_json(dataclasses.asdict(exported))
+        return 0
     print("\n".join(exported.lines()))
     return 0
 
@@ -394,38 +421,160 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     return serve_forever(resolve_store(args.store), "127.0.0.1", args.port)
 
 
-def _add_store(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        metavar="PATH|URI",
-        help="MLflow store: a results folder, an mlflow.db file or a tracking URI "
-        "(default: MLFLOW_TRACKING_URI, else results/mlflow.db)",
+# What shtab completes for a path (its shell functions for files and folders).
+_FILE = {
+    "bash": "_shtab_compgen_files",
+    "zsh": "_files",
+    "tcsh": "f",
+    "fish": "__fish_complete_path",
+}
+_DIRECTORY = {
+    "bash": "_shtab_compgen_dirs",
+    "zsh": "_files -/",
+    "tcsh": "d",
+    "fish": "__fish_complete_directories",
+}
+SHELLS = ("bash", "zsh", "fish", "tcsh")
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return 0
+
+
+def _path(action: argparse.Action, kind: dict[str, str] = _FILE) -> argparse.Action:
+    """Marks an argument as a path for the shell completion (shtab reads `complete`)."""
+    action.complete = kind  # type: ignore[attr-defined]
+    return action
+
+
+def _option_sets() -> dict[str, argparse.ArgumentParser]:
+    """The options several commands share, each spelled and explained once (argparse
+    parents): --store, --json, --population and --wide."""
+    store = argparse.ArgumentParser(add_help=False)
+    _path(
+        store.add_argument(
+            "--store",
+            metavar="PATH|URI",
+            help="MLflow store: a results folder, an mlflow.db file or a tracking URI "
+            "(default: MLFLOW_TRACKING_URI, else results/mlflow.db)",
+        )
     )
     # A store that fails while the command reads it is one line (main), not a traceback.
-    parser.set_defaults(reads_store=True)
+    store.set_defaults(reads_store=True)
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument(
+        "--json", action="store_true", help="machine-readable output: JSON on stdout"
+    )
+    population = argparse.ArgumentParser(add_help=False)
+    population.add_argument(
+        "--population",
+        metavar="POPULATION",
+        help="the population: its name, its MLflow experiment (the newest population there) "
+        "or its parent run id (default: the newest population in the store)",
+    )
+    wide = argparse.ArgumentParser(add_help=False)
+    wide.add_argument(
+        "--wide",
+        action="store_true",
+        help="everything, however wide (default: tables wrap to the terminal's width, "
+        "COLUMNS, else 100 columns, and long lists are cut)",
+    )
+    return {"store": store, "json": as_json, "population": population, "wide": wide}
+
+
+class _Commands:
+    """Adds the subcommands: each with its one-line help, a description and examples."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+        self.options = _option_sets()
+        self.parsers: dict[str, argparse.ArgumentParser] = {}
+
+    def add(
+        self,
+        name: str,
+        help: str,
+        examples: Sequence[str],
+        *,
+        handler: Any,
+        description: str = "",
+        shared: Sequence[str] = (),
+    ) -> argparse.ArgumentParser:
+        lines = "\n".join(f"  {e}" for e in examples)
+        parser = self.group.add_parser(
+            name,
+            help=help,
+            description=(help[0].upper() + help[1:] + ".")
+            + (f"\n\n{description}" if description else ""),
+            epilog=f"examples:\n{lines}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[self.options[s] for s in shared],
+        )
+        parser.set_defaults(handler=handler)
+        self.parsers[name] = parser
+        return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Population-based training of RLlib agents on fast C++ environments.",
+        epilog="`workbench COMMAND --help` shows a command's options and examples; "
+        "`workbench completion bash` prints a completion script for the shell.",
     )
     parser.add_argument("--version", action="version", version=f"workbench {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = _Commands(parser)
+    add = commands.add
 
-    envs = commands.add_parser("envs", help="list the sim_ext environments and their spaces")
-    envs.set_defaults(handler=_cmd_envs)
+    add(
+        "envs",
+        "list the sim_ext environments with their spaces and time limits",
+        ["workbench envs"],
+        handler=_cmd_envs,
+        description="Any Gymnasium id works as env.id too; these are the C++ ones.",
+    )
 
-    schema = commands.add_parser("schema", help="print the JSON Schema of experiment files")
-    schema.add_argument("-o", "--output", help="write it to this file")
-    schema.set_defaults(handler=_cmd_schema)
+    schema = add(
+        "schema",
+        "print the JSON Schema of experiment files (for an editor's completion and checks)",
+        ["workbench schema -o workbench.schema.json"],
+        handler=_cmd_schema,
+        description="An experiment file whose first lines say\n"
+        "  # yaml-language-server: $schema=../workbench.schema.json\n"
+        "is checked and completed by editors with the YAML language server.",
+    )
+    _path(schema.add_argument("-o", "--output", metavar="FILE", help="write it to this file"))
 
-    validate = commands.add_parser("validate", help="check experiment files (nothing runs)")
-    validate.add_argument("files", nargs="+", metavar="FILE")
-    validate.set_defaults(handler=_cmd_validate)
+    validate = add(
+        "validate",
+        "check experiment files the way `run` reads them; nothing runs",
+        ["workbench validate experiments/*.yaml"],
+        handler=_cmd_validate,
+        description="Exit 2 with one line per problem (file, field, value, what is valid).",
+    )
+    _path(validate.add_argument("files", nargs="+", metavar="FILE"))
 
-    run = commands.add_parser("run", help="run an experiment's population search")
-    run.add_argument("file", metavar="FILE")
+    run = add(
+        "run",
+        "run an experiment's population search",
+        [
+            "workbench run experiments/cartpole_pbt.yaml",
+            "workbench run experiments/cartpole_pbt.yaml --name baseline --set stop.iterations=20",
+            "workbench run experiments/cartpole_pbt.yaml --dry-run",
+        ],
+        handler=_cmd_run,
+        description="Each run is a new population: its folder and MLflow run are named after "
+        "the experiment and the time it started (cartpole_pbt_20260130-141502) unless --name "
+        "says otherwise. `workbench resume NAME` continues one.",
+    )
+    _path(run.add_argument("file", metavar="FILE"))
     run.add_argument(
         "--set",
         action="append",
@@ -433,7 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a field (repeatable), e.g. --set stop.iterations=20",
     )
     run.add_argument(
-        "--dry-run", action="store_true", help="print the resolved config and the trials; no Ray"
+        "--dry-run",
+        action="store_true",
+        help="list the trials it would start, with their sampled values; nothing runs",
     )
     run.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
     run.add_argument(
@@ -442,14 +593,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="start Ray's dashboard on 127.0.0.1 and print its address (needs the "
         "'dashboard' extra: ray[default])",
     )
-    run.set_defaults(handler=_cmd_run)
 
-    plan = commands.add_parser(
+    plan = add(
         "plan",
-        help="one trial's placement group, how many trials fit on a cluster, how long the "
-        "population queues (nothing runs)",
+        "one trial's placement group, how many trials fit on a cluster and how long the "
+        "population queues; nothing runs",
+        [
+            "workbench plan experiments/cartpole_pbt.yaml",
+            "workbench plan experiments/cartpole_pbt.yaml --cluster cpus=16,gpus=1,nodes=4",
+        ],
+        handler=_cmd_plan,
+        shared=["json"],
     )
-    plan.add_argument("file", metavar="FILE")
+    _path(plan.add_argument("file", metavar="FILE"))
     plan.add_argument(
         "--set", action="append", metavar="KEY.PATH=VALUE", help="override a field (repeatable)"
     )
@@ -466,75 +622,96 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="measure sampling and learning rates here for a few seconds (default: estimate)",
     )
-    plan.add_argument("--json", action="store_true", help="machine-readable output")
-    plan.set_defaults(handler=_cmd_plan)
 
-    resume = commands.add_parser(
+    resume = add(
         "resume",
-        help="continue a stopped or failed population (same runs, same config); of a "
-        "finished one, write the MLflow results spooled while the store did not answer",
+        "continue a stopped or failed population (same runs, same config)",
+        [
+            "workbench resume results/cartpole_pbt_20260130-141502",
+            "workbench resume cartpole_pbt_20260130-141502 --restart-errored",
+        ],
+        handler=_cmd_resume,
+        description="Of a finished population, it writes the MLflow results spooled while "
+        "the store did not answer.",
     )
-    resume.add_argument("target", metavar="RESULTS_DIR|EXPERIMENT_NAME")
+    _path(resume.add_argument("target", metavar="RESULTS_DIR|NAME"), _DIRECTORY)
     resume.add_argument(
         "--restart-errored",
         action="store_true",
         help="start errored trials from scratch (default: from their last checkpoint)",
     )
     resume.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
-    resume.set_defaults(handler=_cmd_resume)
 
-    runs = commands.add_parser(
-        "runs", help="populations in the MLflow store, or one population's leaderboard"
+    population_arg = {
+        "nargs": "?",
+        "metavar": "POPULATION",
+        "help": "the same as --population",
+    }
+    runs = add(
+        "runs",
+        "the populations in the MLflow store, or one population's leaderboard",
+        [
+            "workbench runs",
+            "workbench runs cartpole_pbt_20260130-141502",
+            "workbench runs --population cartpole_pbt --json",
+        ],
+        handler=_cmd_runs,
+        shared=["population", "store", "json", "wide"],
     )
-    runs.add_argument(
-        "experiment",
-        nargs="?",
-        metavar="EXPERIMENT",
-        help="MLflow experiment, population name or parent run id (its newest population)",
-    )
-    _add_store(runs)
-    runs.add_argument("--json", action="store_true", help="machine-readable output")
-    runs.set_defaults(handler=_cmd_runs)
+    runs.add_argument("experiment", **population_arg)  # type: ignore[arg-type]
 
-    show = commands.add_parser(
-        "show", help="one trial: params, final metrics, hyperparameter schedule, ancestry"
+    show = add(
+        "show",
+        "one trial: its metrics, hyperparameter schedule and ancestry",
+        ["workbench show PPO_00003", "workbench show PPO_00003 --population cartpole_pbt --json"],
+        handler=_cmd_show,
+        shared=["population", "store", "json", "wide"],
     )
     show.add_argument("run", metavar="RUN", help="run id, or trial name (PPO_00003) / trial id")
-    show.add_argument(
-        "--population", help="population or experiment of a trial name (default: newest)"
+
+    lineage = add(
+        "lineage",
+        "who cloned whom in a PBT population",
+        ["workbench lineage", "workbench lineage --population cartpole_pbt --png lineage.png"],
+        handler=_cmd_lineage,
+        shared=["population", "store", "json"],
     )
-    _add_store(show)
-    show.add_argument("--json", action="store_true", help="machine-readable output")
-    show.set_defaults(handler=_cmd_show)
+    lineage.add_argument("experiment", **population_arg)  # type: ignore[arg-type]
+    _path(lineage.add_argument("--png", metavar="FILE", help="also draw the tree to this PNG"))
 
-    lineage = commands.add_parser("lineage", help="who cloned whom in a PBT population")
-    lineage.add_argument("experiment", metavar="EXPERIMENT", nargs="?")
-    lineage.add_argument("--png", metavar="FILE", help="also draw the tree to this PNG")
-    _add_store(lineage)
-    lineage.add_argument("--json", action="store_true", help="machine-readable output")
-    lineage.set_defaults(handler=_cmd_lineage)
-
-    diagnose = commands.add_parser(
+    diagnose = add(
         "diagnose",
-        help="where the time goes: sampling, learning, weight sync; the bottleneck per trial "
-        "and for the population, and what to change",
+        "where the time goes (sampling, learning, weight sync) and what to change",
+        [
+            "workbench diagnose",
+            "workbench diagnose results/cartpole_pbt_20260130-141502 --png time.png",
+            "workbench diagnose PPO_00002 --population cartpole_pbt",
+        ],
+        handler=_cmd_diagnose,
+        description="The bottleneck per trial and for the population; a recommendation the "
+        "trials share is said once.",
+        shared=["population", "store", "json", "wide"],
     )
-    diagnose.add_argument(
-        "target",
-        nargs="?",
-        metavar="RESULTS_DIR|EXPERIMENT|RUN",
-        help="a results folder, an MLflow experiment / population name / parent run id, or "
-        "one trial (run id or name) (default: the newest population)",
+    _path(
+        diagnose.add_argument(
+            "target",
+            nargs="?",
+            metavar="RESULTS_DIR|POPULATION|RUN",
+            help="a results folder, an MLflow experiment / population name / parent run id, "
+            "or one trial (run id or name) (default: the newest population)",
+        ),
+        _DIRECTORY,
     )
-    diagnose.add_argument(
-        "--population", help="population or experiment of a trial name (default: newest)"
+    _path(
+        diagnose.add_argument("--png", metavar="FILE", help="draw the time split over iterations")
     )
-    diagnose.add_argument("--png", metavar="FILE", help="draw the time split over iterations")
-    diagnose.add_argument(
-        "--timeline",
-        metavar="FILE",
-        help="also write a Chrome-trace timeline (ray.timeline) of a short window of the "
-        "population while it runs",
+    _path(
+        diagnose.add_argument(
+            "--timeline",
+            metavar="FILE",
+            help="also write a Chrome-trace timeline (ray.timeline) of a short window of the "
+            "population while it runs",
+        )
     )
     diagnose.add_argument(
         "--timeline-seconds",
@@ -548,9 +725,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="--timeline: the Ray cluster the population joined (default: its local Ray, "
         "from the results folder)",
     )
-    _add_store(diagnose)
-    diagnose.add_argument("--json", action="store_true", help="machine-readable output")
-    diagnose.set_defaults(handler=_cmd_diagnose)
 
     trust = {
         "action": "store_true",
@@ -563,10 +737,17 @@ def build_parser() -> argparse.ArgumentParser:
         "help": "an MLflow trial run (run id, or trial name such as PPO_00003: its newest "
         "checkpoint), a checkpoint folder, or a trial folder (its newest checkpoint)",
     }
-    evaluate = commands.add_parser(
-        "eval", help="roll out a trained policy (no Tune) and log eval/* to its MLflow run"
+    evaluate = add(
+        "eval",
+        "roll out a trained policy (no Tune) and log eval/* to its MLflow run",
+        [
+            "workbench eval PPO_00003 --episodes 20",
+            "workbench eval results/cartpole_pbt_20260130-141502/PPO_00003 --no-log --json",
+        ],
+        handler=_cmd_eval,
+        shared=["population", "store", "json"],
     )
-    evaluate.add_argument("run", **policy_ref)  # type: ignore[arg-type]
+    _path(evaluate.add_argument("run", **policy_ref), _DIRECTORY)  # type: ignore[arg-type]
     evaluate.add_argument(
         "--episodes", type=_positive_int, default=10, help="episodes (default 10)"
     )
@@ -588,63 +769,111 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="change one of the env's settings (repeatable), e.g. --env-config substeps=2",
     )
-    evaluate.add_argument(
-        "--population", help="population or experiment of a trial name (default: newest)"
-    )
-    _add_store(evaluate)
     evaluate.add_argument("--no-log", action="store_true", help="do not log to MLflow")
     evaluate.add_argument("--trust", **trust)  # type: ignore[arg-type]
-    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
-    evaluate.set_defaults(handler=_cmd_eval)
 
-    export_schedule = commands.add_parser(
+    export_schedule = add(
         "export-schedule",
-        help="write an experiment file that replays a PBT trial's hyperparameter schedule",
+        "write an experiment file that replays a PBT trial's hyperparameter schedule",
+        [
+            "workbench export-schedule -o replay.yaml",
+            "workbench export-schedule --population cartpole_pbt --trial PPO_00002 -o replay.yaml",
+        ],
+        handler=_cmd_export_schedule,
+        shared=["population", "store", "json"],
     )
-    export_schedule.add_argument(
-        "experiment",
-        metavar="EXPERIMENT",
-        nargs="?",
-        help="MLflow experiment, population name or parent run id (default: the newest)",
-    )
+    export_schedule.add_argument("experiment", **population_arg)  # type: ignore[arg-type]
     export_schedule.add_argument(
         "--trial", help="trial name, trial id or run id (default: the best trial)"
     )
-    export_schedule.add_argument(
-        "-o", "--output", required=True, metavar="FILE", help="the experiment file to write"
+    _path(
+        export_schedule.add_argument(
+            "-o", "--output", required=True, metavar="FILE", help="the experiment file to write"
+        )
     )
-    _add_store(export_schedule)
-    export_schedule.set_defaults(handler=_cmd_export_schedule)
 
-    export_policy = commands.add_parser(
+    export_policy = add(
         "export-policy",
-        help="write a policy as torch files (torch.export, TorchScript) loadable without Ray",
+        "write a policy as torch files (torch.export, TorchScript) loadable without Ray",
+        [
+            "workbench export-policy PPO_00003 -o policy/",
+            "workbench export-policy results/cartpole_pbt_20260130-141502/PPO_00003 -o policy/",
+        ],
+        handler=_cmd_export_policy,
+        shared=["population", "store", "json"],
     )
-    export_policy.add_argument("run", **policy_ref)  # type: ignore[arg-type]
-    export_policy.add_argument(
-        "-o", "--output", required=True, metavar="DIR", help="a new folder for the files"
+    _path(export_policy.add_argument("run", **policy_ref), _DIRECTORY)  # type: ignore[arg-type]
+    _path(
+        export_policy.add_argument(
+            "-o", "--output", required=True, metavar="DIR", help="a new folder for the files"
+        ),
+        _DIRECTORY,
     )
     export_policy.add_argument(
         "--env", help="refuse unless the checkpoint was trained on this env id (a check)"
     )
-    export_policy.add_argument(
-        "--population", help="population or experiment of a trial name (default: newest)"
-    )
     export_policy.add_argument("--trust", **trust)  # type: ignore[arg-type]
-    _add_store(export_policy)
-    export_policy.set_defaults(handler=_cmd_export_policy)
 
-    ui = commands.add_parser("ui", help="start the MLflow UI on 127.0.0.1 for the store")
-    _add_store(ui)
+    ui = add(
+        "ui",
+        "start the MLflow UI on 127.0.0.1 for a store",
+        ["workbench ui", "workbench ui --store results/ --port 5000"],
+        handler=_cmd_ui,
+        description="It runs until Ctrl-C; the store is only read.",
+        shared=["store"],
+    )
     ui.add_argument("--port", type=int, help="port (default: a free one)")
-    ui.set_defaults(handler=_cmd_ui)
-    return parser
+
+    completion = add(
+        "completion",
+        "print a shell completion script (commands, options, file names)",
+        [
+            'eval "$(workbench completion bash)"     # in ~/.bashrc',
+            "workbench completion zsh > ~/.zfunc/_workbench   # a folder on zsh's fpath",
+        ],
+        handler=_cmd_completion,
+    )
+    completion.add_argument("shell", choices=SHELLS)
+    return parser, commands.parsers
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; an option the command does not know is told with that command's
+    usage (argparse's top-level parser would print its own)."""
+    parser, subparsers = _build()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _population_ref(args: argparse.Namespace) -> str | None:
+    """The population of a command that takes it as POPULATION or --population."""
+    positional, option = getattr(args, "experiment", None), getattr(args, "population", None)
+    if positional is not None and option is not None and positional != option:
+        raise ExperimentError.single(
+            "--population",
+            "",
+            f"{option!r} and the POPULATION argument {positional!r} disagree; give one",
+        )
+    return option if option is not None else positional
+
+
+def _closed_pipe() -> int:
+    """stdout's reader went away (`workbench runs --json | head`): like any Unix filter,
+    stop quietly. Python would report the same error again when it flushes stdout at
+    exit: stdout points to /dev/null from here on."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return CLOSED_PIPE_EXIT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return int(args.handler(args))
+    except BrokenPipeError:
+        return _closed_pipe()
     except ExperimentError as err:
         print(err, file=sys.stderr)
         return ExperimentError.exit_code
