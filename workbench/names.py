@@ -30,6 +30,7 @@ LINEAGE_FILE = "lineage.jsonl"  # one line per PBT exploit
 SPOOL_FILE = "mlflow_pending.jsonl"  # MLflow writes the store did not take; resume writes them
 SESSION_FILE = "ray_session.json"  # the local Ray the driver started (for cleanup)
 PLOTS_DIR = "plots"  # the population's PNGs
+LOG_FILE = "workbench.log"  # Ray's, Tune's and MLflow's logging in the driver (run.console)
 
 # --- MLflow runs and tags -----------------------------------------------------------------------
 PARENT = "__population__"  # the tracker's handle of the population's parent run
