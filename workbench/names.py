@@ -54,6 +54,16 @@ EVAL_METRIC_PREFIX = "eval/"
 EVAL_RETURN_METRIC = EVAL_METRIC_PREFIX + "return_mean"
 EVAL_STD_METRIC = EVAL_METRIC_PREFIX + "return_std"
 EVAL_EPISODES_METRIC = EVAL_METRIC_PREFIX + "episodes"
+# The population's summary on its parent run, written when a run or resume ends, so that
+# populations sort by it in the MLflow UI and in search_runs(order_by=...).
+POPULATION_METRIC_PREFIX = "population/"
+POPULATION_BEST_EVAL_METRIC = POPULATION_METRIC_PREFIX + "best_eval_return_mean"
+POPULATION_BEST_RETURN_METRIC = POPULATION_METRIC_PREFIX + "best_return"
+POPULATION_ENV_STEPS_METRIC = POPULATION_METRIC_PREFIX + "env_steps"
+POPULATION_WALL_TIME_METRIC = POPULATION_METRIC_PREFIX + "wall_time_s"
+POPULATION_TRIALS_METRIC = POPULATION_METRIC_PREFIX + "trials"
+POPULATION_ERRORS_METRIC = POPULATION_METRIC_PREFIX + "errors"
+GIT_DIRTY_TAG = "workbench.git.dirty"  # beside MLflow's mlflow.source.git.commit
 
 
 def trial_name(trial: Any) -> str:
