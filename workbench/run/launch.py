@@ -5,6 +5,7 @@ before this module starts Ray."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from ray.tune.utils import flatten_dict
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Interrupted, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
-from workbench.names import ARTIFACTS_DIR, RESOLVED_FILE, STORE_FILE, trial_name
+from workbench.names import ARTIFACTS_DIR, PARENT, RESOLVED_FILE, STORE_FILE, trial_name
 from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import (
     check_env,
@@ -32,6 +33,7 @@ from workbench.policy.checkpoint import (
 )
 from workbench.policy.evaluate import evaluate_checkpoint
 from workbench.policy.locate import log_evaluation
+from workbench.policy.mlflow_model import log_checkpoint_model
 from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.folder_lock import FolderLock
 from workbench.run.progress import ProgressTable
@@ -50,6 +52,8 @@ from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.location import results_dir_tag, sqlite_file
+from workbench.tracking.population_summary import PopulationSummary, log_population_summary
+from workbench.tracking.run_context import source_tags
 from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
 from workbench.trial.trainable import seeded_trainable
@@ -108,6 +112,7 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
         hyperparameters={key: name for name, key in resolved.tune_keys.items()},
         time_budget_s=exp.stop.wall_time_s,
         render_plots=render_population_pngs,
+        run_tags=source_tags(resolved.file),
     )
 
 
@@ -301,7 +306,39 @@ def _finish(
         summary.mlflow_experiment = session.tracker.target.experiment
     if not summary.interrupted:
         evaluate_best(resolved, session, summary)
+    if session.tracker is not None:
+        log_summary_metrics(session, summary, elapsed_s)
     return summary
+
+
+def log_summary_metrics(session: _Session, summary: RunSummary, elapsed_s: float) -> None:
+    """The population's population/* metrics on its parent run (so populations sort in
+    MLflow). Never fails the population: a store that does not answer is a summary line."""
+    assert session.tracker is not None
+    run_id = session.tracker.get_state()["runs"].get(PARENT)
+    if run_id is None:
+        return
+    evaluated = summary.evaluation.stats()["return_mean"] if summary.evaluation else math.nan
+    try:
+        log_population_summary(
+            client_for(session.tracker.target.uri),
+            run_id,
+            PopulationSummary(
+                trials=len(summary.trials),
+                errors=summary.errors,
+                env_steps=sum(t.env_steps for t in summary.trials),
+                wall_time_s=elapsed_s,
+                best_return=summary.best.best_return if summary.best else math.nan,
+                best_eval_return=evaluated,
+            ),
+        )
+    except Exception as err:  # the figures are printed
+        note = (
+            "The population's summary metrics could not be logged to MLflow: "
+            f"{type(err).__name__}: {err}"
+        )
+        old = summary.evaluation_note
+        summary.evaluation_note = f"{old}\n{note}" if old else note
 
 
 def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
@@ -343,6 +380,14 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
     except Exception as err:  # a store that does not answer: the figures are printed
         summary.evaluation_note = (
             f"The evaluation could not be logged to MLflow: {type(err).__name__}: {err}"
+        )
+        return
+    try:  # the evaluated policy as an MLflow model (registry, serving)
+        logged = log_checkpoint_model(checkpoint, session.tracker.target.uri, run_id)
+        summary.evaluation_note = f"Its policy: {logged.lines()[0]}"
+    except Exception as err:  # the population's results stand without it
+        summary.evaluation_note = (
+            f"Its policy could not be logged as an MLflow model: {type(err).__name__}: {err}"
         )
 
 

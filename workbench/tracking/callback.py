@@ -85,6 +85,9 @@ class TrackingTarget:
     parent_params: dict[str, str] = field(default_factory=dict)
     hyperparameters: dict[str, str] = field(default_factory=dict)  # tune key -> public name
     time_budget_s: float | None = None  # stop.wall_time_s: ending there is finishing
+    # On the parent and every trial run: where the population came from (MLflow's
+    # source and git tags; workbench.tracking.run_context).
+    run_tags: dict[str, str] = field(default_factory=dict)
     # Renders the population's PNGs from the store at the end (client, run ids by
     # handle, results folder) -> files to attach to the parent run. Handed in by the
     # launcher: the plots are analysis, which reads what tracking writes.
@@ -198,6 +201,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 key=self.target.key,
                 parent=None,
                 tags={
+                    **self.target.run_tags,
                     ROLE_TAG: "population",
                     RESULTS_DIR_TAG: self.target.results_dir_tag or str(self.target.results_dir),
                 },
@@ -228,7 +232,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 name=name,
                 key=f"{self.target.key}::{handle}",
                 parent=PARENT,
-                tags={ROLE_TAG: "trial", TRIAL_ID_TAG: handle},
+                tags={**self.target.run_tags, ROLE_TAG: "trial", TRIAL_ID_TAG: handle},
                 params=params,
             )
         )
