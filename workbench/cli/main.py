@@ -398,15 +398,17 @@ def _cmd_export_schedule(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_policy(args: argparse.Namespace) -> int:
-    from workbench.policy.export import export_reference
+    from workbench.policy.mlflow_model import export_reference_to_mlflow
 
-    exported = export_reference(
+    exported = export_reference_to_mlflow(
         args.run,
         Path(args.output),
         store=args.store,
         population=args.population,
         env_id=args.env,
         trust=args.trust,
+        log=not args.no_log,
+        register=args.register,
     )
     if args.json:
         _print_json(dataclasses.asdict(exported))
@@ -798,6 +800,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         [
             "workbench export-policy PPO_00003 -o policy/",
             "workbench export-policy results/cartpole_pbt_20260130-141502/PPO_00003 -o policy/",
+            "workbench export-policy PPO_00003 -o policy/ --register cartpole-ppo",
         ],
         handler=_cmd_export_policy,
         shared=["population", "store", "json"],
@@ -813,6 +816,17 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         "--env", help="refuse unless the checkpoint was trained on this env id (a check)"
     )
     export_policy.add_argument("--trust", **trust)  # type: ignore[arg-type]
+    export_policy.add_argument(
+        "--register",
+        metavar="NAME",
+        help="also register the policy's MLflow model as a new version of NAME in the "
+        "store's model registry (models:/NAME/VERSION)",
+    )
+    export_policy.add_argument(
+        "--no-log",
+        action="store_true",
+        help="do not log the policy as an MLflow model to its trial run (logged by default)",
+    )
 
     ui = add(
         "ui",

@@ -15,6 +15,7 @@ Logging into an existing run reopens it; the run keeps the status and end time i
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -83,6 +84,18 @@ def _tracking_uri(uri: str) -> Iterator[None]:
             os.environ[_ENV_VAR] = before_env
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """MLflow's INFO lines while logging a model (validating the input example, ...)."""
+    log = logging.getLogger("mlflow")
+    level = log.level
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _requirements() -> list[str]:
     """What loading the model needs (pinned to what wrote it): not Ray, not the workbench."""
     return [
@@ -112,7 +125,7 @@ def log_policy_model(
     client = client_for(tracking_uri)
     run = client.get_run(run_id)
     status, end_time = run.info.status, run.info.end_time
-    with _tracking_uri(tracking_uri), mlflow.start_run(run_id=run_id):
+    with _tracking_uri(tracking_uri), _quiet(), mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME,
             python_model=Path(pyfunc_model.__file__),
