@@ -1,0 +1,163 @@
+"""A policy as an MLflow model: `workbench export-policy` logs it to its trial run and
+registers it; `mlflow.pyfunc.load_model` gives the same actions as the exported files, in
+a Python that has neither Ray nor the workbench (the end of a real run logs it too:
+tests/integration/test_evaluate_integration.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+
+from tests.support.policies import learner_group_checkpoint, rllib_actor
+from tests.support.stores import Store, new_store
+from workbench.cli import main
+from workbench.policy.export import load_exported, sample_observations
+
+CASES = [("PPO", "sim_ext/CartPole-v1"), ("PPO", "sim_ext/Pendulum-v1")]
+
+
+@pytest.fixture(params=CASES, ids=[e.split("/")[1] for _, e in CASES])
+def tracked_trial(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, Path, str]:
+    """A population's trial run whose folder holds a checkpoint: (store, trial folder, run)."""
+    algorithm, env_id = request.param
+    store = new_store(tmp_path / "results")
+    results_dir = tmp_path / "results" / "pop"
+    parent = store.population("pop", results_dir=results_dir)
+    run_id = store.trial(parent, "PPO_00000", returns=[10.0, 20.0], status="KILLED")
+    trial_dir = results_dir / "PPO_00000"
+    learner_group_checkpoint(trial_dir / "checkpoint_000000", algorithm, env_id)
+    return store, trial_dir, run_id
+
+
+def test_export_policy_logs_a_pyfunc_that_acts_as_the_exported_files(
+    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, trial_dir, run_id = tracked_trial
+    out = tmp_path / "policy"
+    assert main(["export-policy", "PPO_00000", "--store", store.uri, "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    spec = json.loads((out / "policy.json").read_text())
+    observations = sample_observations(spec["env_id"], spec["env_config"], n=200, seed=5)
+    with torch.no_grad():
+        exported = load_exported(out / "policy.pt2")(torch.from_numpy(observations)).numpy()
+
+    logged = store.client.search_logged_models(
+        experiment_ids=[store.client.get_run(run_id).info.experiment_id]
+    )
+    assert [m.source_run_id for m in logged] == [run_id]
+    model_uri = f"models:/{logged[0].model_id}"
+    assert model_uri in printed
+    mlflow.set_tracking_uri(store.uri)
+    try:
+        model = mlflow.pyfunc.load_model(model_uri)
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
+    actions = model.predict(observations)
+    np.testing.assert_array_equal(actions, exported)
+    np.testing.assert_allclose(
+        actions, rllib_actor(trial_dir / "checkpoint_000000")(observations), atol=1e-6
+    )
+    # Its signature: the observation and action tensors.
+    inputs = model.metadata.get_input_schema().inputs[0]
+    assert inputs.shape == (-1, *observations.shape[1:]) and inputs.type == np.dtype("float32")
+    # Logging reopened the trial run: it keeps the status it had.
+    assert store.client.get_run(run_id).info.status == "KILLED"
+
+
+@pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
+def test_the_model_loads_and_predicts_without_ray_or_the_workbench(
+    tracked_trial: tuple[Store, Path, str], tmp_path: Path
+) -> None:
+    store, trial_dir, run_id = tracked_trial
+    out = tmp_path / "policy"
+    assert main(["export-policy", str(trial_dir), "--store", store.uri, "-o", str(out)]) == 0
+    logged = store.client.search_logged_models(
+        experiment_ids=[store.client.get_run(run_id).info.experiment_id]
+    )
+    # A fresh Python where importing ray or workbench fails, as on a serving host without them.
+    script = f"""
+import sys, json
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("ray", "workbench", "sim_ext", "gymnasium"):
+            raise ImportError("not installed here: " + name)
+sys.meta_path.insert(0, Refuse())
+import mlflow, numpy as np
+mlflow.set_tracking_uri({store.uri!r})
+model = mlflow.pyfunc.load_model("models:/{logged[0].model_id}")
+obs = np.asarray(json.load(sys.stdin), dtype=np.float32)
+print(json.dumps(np.asarray(model.predict(obs)).tolist()))
+"""
+    spec = json.loads((out / "policy.json").read_text())
+    observations = sample_observations(spec["env_id"], spec["env_config"], n=20, seed=2)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(observations.tolist()),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with torch.no_grad():
+        exported = load_exported(out / "policy.pt2")(torch.from_numpy(observations)).numpy()
+    np.testing.assert_allclose(np.asarray(json.loads(done.stdout)), exported, atol=1e-6)
+
+
+@pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
+def test_register_makes_a_new_version_in_the_registry(
+    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, _, _ = tracked_trial
+    for n in (1, 2):
+        args = ["export-policy", "PPO_00000", "--store", store.uri, "-o", str(tmp_path / f"p{n}")]
+        assert main([*args, "--register", "cartpole-ppo"]) == 0
+        assert f"Registered as models:/cartpole-ppo/{n}" in capsys.readouterr().out
+    versions = store.client.search_model_versions("name='cartpole-ppo'")
+    assert sorted(int(v.version) for v in versions) == [1, 2]
+    mlflow.set_tracking_uri(store.uri)
+    try:
+        model = mlflow.pyfunc.load_model("models:/cartpole-ppo/2")
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
+    observations = sample_observations("sim_ext/CartPole-v1", {}, n=16, seed=0)
+    with torch.no_grad():
+        exported = load_exported(tmp_path / "p2" / "policy.pt2")(torch.from_numpy(observations))
+    np.testing.assert_array_equal(model.predict(observations), exported.numpy())
+
+
+@pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
+def test_register_without_a_trial_run_is_refused_before_anything_is_written(
+    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, trial_dir, _ = tracked_trial
+    checkpoint = trial_dir / "checkpoint_000000"  # no --store, no experiment file: no run
+    out = tmp_path / "policy"
+    assert main(["export-policy", str(checkpoint), "-o", str(out), "--register", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--register" in err and "needs the policy's MLflow trial run" in err
+    assert not out.exists()
+    # Without --register the files are written and the summary says why nothing was logged.
+    assert main(["export-policy", str(checkpoint), "-o", str(out)]) == 0
+    assert "Not logged to MLflow" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
+def test_no_log_writes_the_files_only(
+    tracked_trial: tuple[Store, Path, str], tmp_path: Path
+) -> None:
+    store, _, run_id = tracked_trial
+    out = tmp_path / "policy"
+    assert (
+        main(["export-policy", "PPO_00000", "--store", store.uri, "-o", str(out), "--no-log"]) == 0
+    )
+    assert (out / "policy.pt2").is_file()
+    experiment = store.client.get_run(run_id).info.experiment_id
+    assert store.client.search_logged_models(experiment_ids=[experiment]) == []
