@@ -74,6 +74,8 @@ def run_seed(
         "--set",
         f"storage={storage}",
         *[arg for item in extra for arg in ("--set", item)],
+        "--name",  # the folder read back below (by default each run gets a timestamped name)
+        experiment_name(experiment, extra),
     ]
     print(f"seed {seed}: {' '.join(command)}", flush=True)
     returncode, started_at, wall = run_logged(command, log)

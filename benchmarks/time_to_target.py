@@ -180,6 +180,8 @@ def run_once(
         "run",
         str(arm.experiment),
         *[arg for item in sets for arg in ("--set", item)],
+        "--name",  # the folder read back below (by default each run gets a timestamped name)
+        experiment_name(arm.experiment, sets),
     ]
     print(f"seed {seed}, {arm.name}: {' '.join(command)}", flush=True)
     returncode, started_at, wall = run_logged(command, log)

@@ -35,4 +35,4 @@ if [[ -d $results ]] && [[ -n $(ls -A "$results") ]]; then
     mv "$results" "$aside"
 fi
 echo "entrypoint: starting $file as $results"
-exec workbench run "$file" --set "storage=$storage" --set "name=$name"
+exec workbench run "$file" --set "storage=$storage" --name "$name"

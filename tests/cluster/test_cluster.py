@@ -227,7 +227,15 @@ def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
     assert (plan["concurrent"], plan["waves"]) == (2, 1)
 
     done = subprocess.run(
-        [str(BIN / "workbench"), "run", str(file), "--address", two_nodes.address],
+        [
+            str(BIN / "workbench"),
+            "run",
+            str(file),
+            "--name",
+            "two_nodes",
+            "--address",
+            two_nodes.address,
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -305,7 +313,15 @@ def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
     log = tmp_path / "drill.log"
     with log.open("w") as sink:
         driver = subprocess.Popen(
-            [str(BIN / "workbench"), "run", str(file), "--address", two_nodes.address],
+            [
+                str(BIN / "workbench"),
+                "run",
+                str(file),
+                "--name",
+                "drill",
+                "--address",
+                two_nodes.address,
+            ],
             env=two_nodes.env,
             stdout=sink,
             stderr=subprocess.STDOUT,

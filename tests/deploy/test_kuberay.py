@@ -377,7 +377,7 @@ def test_a_first_attempt_starts_the_population(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     _, experiment_file, _ = entrypoint()
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0] == (f"run {experiment_file} --set storage={results.parent} --set name=pop-1")
+    assert calls[0] == (f"run {experiment_file} --set storage={results.parent} --name pop-1")
     assert calls[1] == "WAIT=600"  # the pre-flight waits for worker pods to join
 
 

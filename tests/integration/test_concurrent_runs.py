@@ -22,7 +22,7 @@ def test_two_runs_of_one_name_started_together_one_is_refused(tmp_path: Path) ->
     )
     runs = [
         subprocess.Popen(
-            [WORKBENCH, "run", str(path)],
+            [WORKBENCH, "run", str(path), "--name", "pop"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -113,7 +113,7 @@ def test_timeline_of_a_running_population(tmp_path: Path) -> None:
     log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen(
-            [WORKBENCH, "run", str(experiment)],
+            [WORKBENCH, "run", str(experiment), "--name", "live"],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -29,7 +29,7 @@ def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Pat
     path = write_experiment(tmp_path, data)
     store = tmp_path / "results" / "mlflow.db"
     driver = subprocess.Popen(
-        [WORKBENCH, "run", str(path)],
+        [WORKBENCH, "run", str(path), "--name", "pop"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

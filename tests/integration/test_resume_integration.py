@@ -75,7 +75,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     )
     results_dir = tmp_path / "results" / "pop"
     driver = subprocess.Popen(
-        [WORKBENCH, "run", str(experiment)],
+        [WORKBENCH, "run", str(experiment), "--name", "pop"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -205,7 +205,11 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
         },
     )
     done = subprocess.run(
-        [WORKBENCH, "run", str(crash)], capture_output=True, text=True, timeout=600, check=False
+        [WORKBENCH, "run", str(crash), "--name", "crash"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "crashed").exists(), "no worker crashed: the test checks nothing"
@@ -243,7 +247,11 @@ def test_a_crashed_worker_is_retried_and_a_failed_trial_is_recorded(tmp_path: Pa
         },
     )
     done = subprocess.run(
-        [WORKBENCH, "run", str(fail)], capture_output=True, text=True, timeout=600, check=False
+        [WORKBENCH, "run", str(fail), "--name", "fail"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Experiment fail: 2 trials, 1 errored" in done.stdout

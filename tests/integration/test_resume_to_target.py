@@ -29,7 +29,7 @@ def test_a_killed_population_resumed_to_its_target_says_so(tmp_path: Path) -> No
     path = write_experiment(tmp_path, data)
     results_dir = tmp_path / "results" / "pop"
     driver = subprocess.Popen(
-        [WORKBENCH, "run", str(path)],
+        [WORKBENCH, "run", str(path), "--name", "pop"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -47,7 +47,7 @@ def test_killed_and_resumed_again_and_again_the_records_agree(tmp_path: Path) ->
     path = write_experiment(tmp_path, data)
     results_dir = tmp_path / "results" / "pop"
     store = tmp_path / "results" / "mlflow.db"
-    driver = _start(["run", str(path)])
+    driver = _start(["run", str(path), "--name", "pop"])
     for kill in range(KILLS):
         try:
             # Wait for more training than at the last kill, then a random moment more.

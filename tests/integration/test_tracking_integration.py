@@ -169,7 +169,7 @@ def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) ->
     )
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     driver = subprocess.Popen(
-        [WORKBENCH, "run", str(experiment)],
+        [WORKBENCH, "run", str(experiment), "--name", "pop"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -534,15 +534,15 @@ def test_run_dry_run_applies_set_and_starts_nothing(
     monkeypatch.chdir(tmp_path)
     path = write_experiment(tmp_path, tiny_ppo(tmp_path, storage="results", population=3))
     before = sorted(tmp_path.rglob("*"))
-    argv = ["run", str(path), "--dry-run", "--set", "stop.iterations=7", "--set", "seed=11"]
-    assert main(argv) == 0
+    argv = ["run", str(path), "--dry-run", "--yaml", "--set", "stop.iterations=7"]
+    assert main([*argv, "--set", "seed=11", "--name", "named"]) == 0
     out = capsys.readouterr().out
-    printed, _, summary = out.partition("\nWould start")
+    printed, _, summary = out.partition("\n\nPopulation named")
     resolved = yaml.safe_load(printed)
     assert resolved["stop"]["iterations"] == 7
     assert resolved["seed"] == 11
-    assert resolved["results_dir"] == str(tmp_path.resolve() / "results" / "probe")
-    assert summary.startswith(" 3 trials of PPO on sim_ext/CartPole-v1")
+    assert resolved["results_dir"] == str(tmp_path.resolve() / "results" / "named")
+    assert "Would start 3 trials of PPO on sim_ext/CartPole-v1" in summary
     assert sorted(tmp_path.rglob("*")) == before
     assert not ray.is_initialized()
 

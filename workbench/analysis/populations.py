@@ -24,6 +24,7 @@ from workbench.analysis.lineage import (
     stitched_schedule,
 )
 from workbench.errors import ExperimentError
+from workbench.experiment.bounds import BOUNDS
 from workbench.names import (
     CLONED_FROM_TAG,
     ERROR_TAG,
@@ -45,6 +46,31 @@ from workbench.tracking.store import open_store
 
 def _finite_or_none(value: float) -> float | None:
     return None if math.isnan(value) else value
+
+
+# Metrics that count (iterations, steps, episodes): MLflow keeps every metric as a float.
+_COUNT_NAMES = frozenset({STEP_METRIC, "iterations_since_restore", "episodes"})
+
+
+def hp_value(name: str, value: Any) -> Any:
+    """A hyperparameter's value as its kind has it: an integer one (minibatch_size, whose
+    hp/ metric MLflow keeps as 256.0) as an int."""
+    bound = BOUNDS.get(name)
+    if bound is not None and bound.integer and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def metric_value(key: str, value: float) -> float | int:
+    """A metric's value, a count (training_iteration, num_*, *_lifetime, episodes) as an
+    int; an hp/ metric as `hp_value` has it."""
+    if key.startswith("hp/"):
+        return hp_value(key[3:], value)  # type: ignore[no-any-return]
+    last = key.rsplit("/", 1)[-1]
+    counts = last in _COUNT_NAMES or last.startswith("num_") or last.endswith("_lifetime")
+    if counts and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return value
 
 
 @dataclass
@@ -95,7 +121,9 @@ class TrialRun:
     def hyperparameters(self) -> dict[str, Any]:
         """Current values: numeric ones from hp/* metrics, categorical ones from tags."""
         out: dict[str, Any] = {k[3:]: v for k, v in self.tags.items() if k.startswith("hp/")}
-        out.update({k[3:]: v for k, v in self.metrics.items() if k.startswith("hp/")})
+        out.update(
+            {k[3:]: hp_value(k[3:], v) for k, v in self.metrics.items() if k.startswith("hp/")}
+        )
         return dict(sorted(out.items()))
 
     def to_json(self) -> dict[str, Any]:
@@ -290,7 +318,7 @@ def hyperparameter_history(client: Any, trial: TrialRun) -> dict[str, list[tuple
     for key in sorted(k for k in trial.metrics if k.startswith("hp/")):
         by_iteration: dict[int, float] = {}
         for step, value, _ in metric_history(client, trial.run_id, key):
-            by_iteration[iteration_at.get(step, step)] = value
+            by_iteration[iteration_at.get(step, step)] = hp_value(key[3:], value)
         out[key[3:]] = sorted(by_iteration.items())
     for key, text in trial.tags.items():
         if key.startswith("hp/") and key[3:] not in out:
@@ -305,7 +333,7 @@ def step_schedule(client: Any, trial: TrialRun) -> list[tuple[int, int, dict[str
     values: dict[int, dict[str, float]] = {}
     for key in keys:
         for step, value, _ in metric_history(client, trial.run_id, key):
-            values.setdefault(step, {})[key[3:]] = value
+            values.setdefault(step, {})[key[3:]] = hp_value(key[3:], value)
     out: list[tuple[int, int, dict[str, float]]] = []
     last: dict[str, float] | None = None
     for step in sorted(values):
@@ -368,7 +396,7 @@ class TrialDetail:
             "status": trial.status,
             "population": self.population.name,
             "params": trial.params,
-            "metrics": trial.metrics,
+            "metrics": {k: metric_value(k, v) for k, v in trial.metrics.items()},
             "best_return": _finite_or_none(trial.best_return),
             "error": trial.error,
             "schedule": [{"step": s, "iteration": i, "values": v} for s, i, v in self.schedule],

@@ -20,10 +20,20 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from workbench import __version__
-from workbench.cli.format import num, shown, table, when
+from workbench.cli.format import (
+    FIRST_GROUPS,
+    aligned,
+    metric_groups,
+    num,
+    shown,
+    table,
+    terminal_width,
+    when,
+    wrapped,
+)
 from workbench.errors import ExperimentError, Interrupted
 from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, RETURN_METRIC, SPOOL_FILE
@@ -70,19 +80,86 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return ExperimentError.exit_code if failed else 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from workbench.experiment.resolve import dry_run_lines, load_and_resolve
+def named(resolved: Any, name: str | None, *, reserve: bool = True) -> Any:
+    """The resolved experiment as a new population: named ``name`` (--name: it must not
+    hold a run yet), else after the experiment and the time it starts (`population_name`,
+    which takes the name at once unless ``reserve`` is False). Its MLflow experiment stays
+    the file's name (unless tracking.experiment says otherwise), so every population of a
+    file is found under one experiment."""
+    from pydantic import TypeAdapter, ValidationError
 
-    resolved = load_and_resolve(args.file, args.set or [])
+    from workbench.experiment.resolve import check_results_dir
+    from workbench.experiment.schema import Experiment
+    from workbench.run.results_folder import population_name
+
+    exp = resolved.experiment
+    storage = resolved.results_dir.parent
+    where = str(resolved.file)
+    if name is None:
+        name = population_name(storage, exp.name, reserve=reserve)
+    else:
+        try:
+            TypeAdapter(Annotated[str, Experiment.model_fields["name"]]).validate_python(name)
+        except ValidationError as err:
+            message = err.errors()[0]["msg"]
+            raise ExperimentError.single(where, "--name", f"{name!r}: {message}") from None
+        problems: list[Any] = []
+        check_results_dir(storage / name, exp, where, problems)
+        if problems:
+            raise ExperimentError(problems)
+    tracking = exp.tracking
+    if tracking.experiment is None:
+        tracking = tracking.model_copy(update={"experiment": exp.name})
+    resolved.experiment = exp.model_copy(update={"name": name, "tracking": tracking})
+    resolved.results_dir = storage / name
+    return resolved
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from workbench.experiment.resolve import load_and_resolve
+
+    resolved = load_and_resolve(args.file, args.set or [], check_results=False)
+    resolved = named(resolved, args.name, reserve=not args.dry_run)
     if args.dry_run:
-        print("\n".join(dry_run_lines(resolved)))
+        print("\n".join(_dry_run_lines(resolved, yaml_too=args.yaml, wide=args.wide)))
         return 0
     from workbench.run.launch import run
 
     print(resolved.defaults.summary())
-    summary = run(resolved, address=args.address, dashboard=args.dashboard)
+    summary = run(resolved, address=args.address, dashboard=args.dashboard, verbose=args.verbose)
     print("\n".join(summary.lines()))
     return summary.exit_code
+
+
+def _dry_run_lines(resolved: Any, *, yaml_too: bool, wide: bool) -> list[str]:
+    """`run --dry-run`: the population it would start and its trials with their sampled
+    values (drawn as the run draws them); the resolved experiment as YAML with --yaml."""
+    import yaml
+
+    from workbench.experiment.resolve import describe, grid_points
+    from workbench.run.dry_run import planned_trials
+
+    exp = resolved.experiment
+    out = []
+    if yaml_too:
+        out += [yaml.safe_dump(describe(resolved), sort_keys=False).rstrip(), ""]
+    trials = planned_trials(resolved)
+    grid = grid_points(resolved.search_space)
+    out += [
+        f"Population {exp.name} (MLflow experiment {exp.tracking.experiment}): nothing "
+        "started (--dry-run)",
+        f"  results in {resolved.results_dir}",
+        f"  {resolved.defaults.summary()}",
+        f"Would start {len(trials)} trials of {exp.algorithm} on {exp.env.id} "
+        f"({exp.population} samples x {grid} grid points), "
+        f"{exp.max_concurrent or 'as many as fit'} at a time, under {exp.scheduler.type}:",
+    ]
+    names = list(resolved.search_space)
+    rows = [[name, *(shown(values.get(n)) for n in names)] for name, values in trials]
+    out.append(table(["trial", *names], rows, width=None if wide else terminal_width()))
+    if not yaml_too:
+        out.append("(--yaml also prints the resolved experiment)")
+    return out
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -117,7 +194,12 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if done is not None:
         print(done)
         return _write_spool(resolved)
-    summary = resume(resolved, restart_errored=args.restart_errored, address=args.address)
+    summary = resume(
+        resolved,
+        restart_errored=args.restart_errored,
+        address=args.address,
+        verbose=args.verbose,
+    )
     print("\n".join(summary.lines()))
     return summary.exit_code
 
@@ -139,6 +221,11 @@ def _write_spool(resolved: Any) -> int:
         return 0
     print(written.line())
     return 1 if written.left else 0
+
+
+def _width(args: argparse.Namespace) -> int | None:
+    """The columns to fit (None: --wide, as wide as it takes)."""
+    return None if getattr(args, "wide", False) else terminal_width()
 
 
 def _print_json(data: Any) -> None:
@@ -169,8 +256,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             best = pop.best()
             rows.append(
                 [
-                    pop.experiment,
                     pop.name,
+                    pop.experiment,
                     pop.status,
                     str(len(pop.trials)),
                     num(best.best_return if best else None),
@@ -180,8 +267,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 ]
             )
         print(f"Populations in {uri}:")
-        headers = ["experiment", "population", "status", "trials", "best return", "best trial"]
-        print(table([*headers, "started", "run id"], rows))
+        headers = ["population", "experiment", "status", "trials", "best return", "best trial"]
+        print(table([*headers, "started", "run id"], rows, width=_width(args)))
         return 0
     pop = find_population(client, ref, uri)
     if args.json:
@@ -206,38 +293,54 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     ]
     print(f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):")
     headers = ["#", "trial", "status", "iter", "env steps", "best return", "last return"]
-    print(table([*headers, "eval return", "cloned from", *hps], rows))
+    print(table([*headers, "eval return", "cloned from", *hps], rows, width=_width(args), keep=2))
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import trial_detail
+    from workbench.analysis.populations import metric_value, trial_detail
 
     uri, client = _store(args)
     detail = trial_detail(client, args.run, args.population, uri)
     if args.json:
         _print_json(detail.to_json())
         return 0
+    width = _width(args)
     trial = detail.trial
     print(
         f"Trial {trial.name} ({trial.trial_id}) of population {detail.population.name}: "
         f"{trial.status}"
     )
     print(f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}")
+    print(f"  best {RETURN_METRIC} = {num(trial.best_return, 6)}")
     if trial.error is not None:
         print("  error: " + trial.error.strip().splitlines()[-1])
-    print("Initial hyperparameters (params):")
-    for key, value in sorted(trial.params.items()):
-        print(f"  {key} = {value}")
+    initial = {k: v for k, v in trial.params.items() if k != "trial_id"}
+    final = trial.hyperparameters()
+    if initial or final:
+        print("Hyperparameters (initial -> final where they changed):")
+        rows = []
+        for key in sorted(set(initial) | set(final)):
+            first, last = initial.get(key, "-"), shown(final.get(key))
+            rows.append(["  " + key, first if last in (first, "-") else f"{first} -> {last}"])
+        print(aligned(rows))
+    groups = metric_groups(trial.metrics)
+    shown_groups = groups if args.wide else groups[:FIRST_GROUPS]
     print("Final metrics:")
-    for key in sorted(trial.metrics):
-        if not key.startswith("hp/"):
-            print(f"  {key} = {num(trial.metrics[key], 6)}")
-    print(f"  best {RETURN_METRIC} = {num(trial.best_return, 6)}")
+    for group, keys in shown_groups:
+        print(f"  {group}:")
+        rows = [["    " + k, shown(metric_value(k, trial.metrics[k]))] for k in keys]
+        print(aligned(rows))
+    hidden = groups[len(shown_groups) :]
+    if hidden:
+        counts = ", ".join(f"{len(keys)} {group}" for group, keys in hidden)
+        print(f"  ({counts}: --wide lists them)")
     print("Hyperparameter schedule (step, iteration: values where they changed):")
+    lines = []
     for step, iteration, values in detail.schedule:
-        changed = ", ".join(f"{k}={num(v)}" for k, v in values.items())
-        print(f"  step {step:>4}, iteration {iteration:>4}: {changed}")
+        changed = ", ".join(f"{k}={shown(v)}" for k, v in values.items())
+        lines.append(f"  step {step:>4}, iteration {iteration:>4}: {changed}")
+    print("\n".join(wrapped(lines, width)))
     print("Ancestry (the training its final policy went through):")
     for seg in detail.segments:
         print(f"  {seg.trial_name}: iterations {seg.first_iteration}-{seg.last_iteration}")
@@ -301,22 +404,30 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         timeline = str(capture.path) if capture else None
         _print_json({**found.to_json(), "timeline": timeline})
         return 0
-    print(f"Where the time goes in population {pop.name} ({pop.experiment}, {pop.status}):")
+    width = _width(args)
+    lines = [f"Where the time goes in population {pop.name} ({pop.experiment}, {pop.status}):"]
     if not found.has_figures:
-        print(
+        lines.append(
             "  no iteration has timing figures yet (workbench/* metrics: they come with "
             "every result of a trial run by this version of the workbench)"
         )
+    together = found.population_report
     for report in found.reports:
-        print("\n".join(report.lines()))
-    if found.population_report is not None:
-        print("\n".join(found.population_report.lines()))
-    print(
+        # A trial bound as the population is gets the population's recommendation, once.
+        shared = together is not None and report.verdict == together.verdict and not args.wide
+        trial_lines = report.lines()
+        if shared and report.recommendation:
+            trial_lines = trial_lines[: len(trial_lines) - len(report.recommendation)]
+        lines += trial_lines
+    if together is not None:
+        lines += together.lines()
+    lines.append(
         "Figures: seconds per iteration recovered from RLlib's EMA timers (coeff 0.01: "
         "x_n = (E_n - 0.99 E_(n-1)) / 0.01, exact with one training_step per iteration), "
         "summed over the iterations used; shares of time_this_iter_s. Runners needed = the "
         "learner's consumption rate / one runner's sampling rate. See docs/diagnosis.md."
     )
+    print("\n".join(wrapped(lines, width)))
     return 0
 
 
@@ -452,6 +563,12 @@ def _path(action: argparse.Action, kind: dict[str, str] = _FILE) -> argparse.Act
     return action
 
 
+_VERBOSE = (
+    "show Ray's, Tune's and MLflow's own logging on the console as well (it always goes to "
+    "the results folder's workbench.log)"
+)
+
+
 def _option_sets() -> dict[str, argparse.ArgumentParser]:
     """The options several commands share, each spelled and explained once (argparse
     parents): --store, --json, --population and --wide."""
@@ -572,6 +689,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
             "workbench run experiments/cartpole_pbt.yaml --dry-run",
         ],
         handler=_cmd_run,
+        shared=["wide"],
         description="Each run is a new population: its folder and MLflow run are named after "
         "the experiment and the time it started (cartpole_pbt_20260130-141502) unless --name "
         "says otherwise. `workbench resume NAME` continues one.",
@@ -584,9 +702,19 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         help="override a field (repeatable), e.g. --set stop.iterations=20",
     )
     run.add_argument(
+        "--name",
+        help="the population's name, for its results folder and MLflow run (default: the "
+        "experiment's name and the time: NAME_YYYYMMDD-HHMMSS)",
+    )
+    run.add_argument(
         "--dry-run",
         action="store_true",
         help="list the trials it would start, with their sampled values; nothing runs",
+    )
+    run.add_argument(
+        "--yaml",
+        action="store_true",
+        help="with --dry-run: also print the resolved experiment as YAML",
     )
     run.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
     run.add_argument(
@@ -595,6 +723,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         help="start Ray's dashboard on 127.0.0.1 and print its address (needs the "
         "'dashboard' extra: ray[default])",
     )
+    run.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE)
 
     plan = add(
         "plan",
@@ -643,6 +772,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         help="start errored trials from scratch (default: from their last checkpoint)",
     )
     resume.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
+    resume.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE)
 
     population_arg = {
         "nargs": "?",

@@ -28,11 +28,20 @@ from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
 from workbench.experiment.algorithms import ALGORITHMS
 from workbench.experiment.search_space import ParamSpec
 from workbench.experiment.yaml_input import apply_overrides, read_yaml
-from workbench.names import RETURN_METRIC
+from workbench.names import (
+    EVAL_RETURN_METRIC,
+    RETURN_METRIC,
+    SCORE_EPISODES_METRIC,
+    SCORE_METRIC,
+    SCORE_STD_METRIC,
+)
 
 REPORTED_METRICS = frozenset(
     {
         "training_iteration",
+        SCORE_METRIC,
+        SCORE_STD_METRIC,
+        SCORE_EPISODES_METRIC,
         "time_total_s",
         "time_this_iter_s",
         "num_env_steps_sampled_lifetime",
@@ -206,7 +215,17 @@ class StopSection(_Strict):
     """A trial stops at the first rule met."""
 
     return_mean: float | None = Field(
-        None, description=f"Stop once {RETURN_METRIC} reaches this value."
+        None,
+        description=f"Stop once the score ({SCORE_METRIC}: the mean return of the last "
+        "score.window episodes) reaches this value and an evaluation of the trial's policy "
+        "over eval_episodes episodes confirms it.",
+    )
+    eval_episodes: NonNegativeInt = Field(
+        100,
+        le=100_000,
+        description="Episodes of the evaluation that confirms a stop on return_mean (seeds "
+        "seed, seed+1, ...; evaluation.deterministic says how the policy acts); a trial "
+        "that falls short trains on. 0: stop on the score alone.",
     )
     iterations: PositiveInt | None = Field(None, description="training_iteration")
     env_steps: PositiveInt | None = Field(None, description="num_env_steps_sampled_lifetime")
@@ -241,7 +260,9 @@ class StopSection(_Strict):
     def tune_stop(self) -> dict[str, float]:
         rules: dict[str, float] = dict(self.metrics)
         if self.return_mean is not None:
-            rules[RETURN_METRIC] = self.return_mean
+            # Met by the trial's confirming evaluation, or by its score when there is none.
+            key = EVAL_RETURN_METRIC if self.eval_episodes else SCORE_METRIC
+            rules[key] = self.return_mean
         if self.iterations is not None:
             rules["training_iteration"] = self.iterations
         if self.env_steps is not None:
@@ -276,8 +297,21 @@ class ReportingSection(_Strict):
     )
     metrics_num_episodes_for_smoothing: PositiveInt | None = Field(
         None,
-        description="Episodes in env_runners/episode_return_mean, the return that stop "
-        "rules and schedulers read (RLlib: 100).",
+        description=f"RLlib's smoothing window of {RETURN_METRIC} (RLlib: 100; in RLlib "
+        "2.60 that figure holds the episodes of one iteration whatever it says). Stop rules "
+        "and schedulers read the score instead: see score.window.",
+    )
+
+
+class ScoreSection(_Strict):
+    """The score that schedulers rank, stop rules test and tables show (docs/scores.md)."""
+
+    window: PositiveInt = Field(
+        20,
+        le=100_000,
+        description=f"{SCORE_METRIC} is the mean return of the last this many episodes that "
+        "ended, carried across iterations (and checkpoints, and PBT exploits): larger is "
+        "less noisy, smaller follows the policy sooner.",
     )
 
 
@@ -498,6 +532,7 @@ class Experiment(_Strict):
         "train_batch_size_per_learner, ...).",
     )
     reporting: ReportingSection = Field(default_factory=ReportingSection)
+    score: ScoreSection = Field(default_factory=ScoreSection)
     search_space: SearchSpaceSection = Field(default_factory=SearchSpaceSection)
     scheduler: SchedulerSection = Field(default_factory=lambda: FifoSection(type="fifo"))
     search: SearchSection = Field(default_factory=SearchSection)

@@ -57,6 +57,7 @@ from workbench.tracking.run_context import source_tags
 from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
 from workbench.trial.trainable import seeded_trainable
+from workbench.trial.score import score_settings
 
 
 def prepare_results_dir(resolved: ResolvedExperiment) -> None:
@@ -206,7 +207,7 @@ def _session(
     if tracker is not None:
         tracker.stopper = run_config.stop
     return _Session(
-        trainable=seeded_trainable(config.algo_class),
+        trainable=seeded_trainable(config.algo_class, score_settings(exp)),
         param_space=param_space(resolved, config),
         tune_config=tune_config,
         run_config=run_config,

@@ -4,11 +4,20 @@ or say there is none, before it imports anything heavy."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
+import re
 from pathlib import Path
 
 from workbench.errors import ExperimentError
 from workbench.names import RESOLVED_FILE
+from workbench.run.folder_lock import lock_path
+
+# An experiment's name, at most 100 characters (workbench.experiment.schema), fits with it.
+STAMP_FORMAT = "%Y%m%d-%H%M%S"
+_STAMPED = r"_\d{8}-\d{6}(-\d+)?"
+_NAME_LIMIT = 100
 
 
 def population_statuses(results_dir: Path) -> dict[str, str]:
@@ -38,13 +47,70 @@ def population_statuses(results_dir: Path) -> dict[str, str]:
     return out
 
 
+def population_name(
+    storage: Path, base: str, *, now: dt.datetime | None = None, reserve: bool = True
+) -> str:
+    """A new population's name: the experiment's, then the time it starts
+    (``cartpole_pbt_20260130-141502``), then ``-2``, ``-3``... when that name is taken.
+
+    ``reserve`` takes the name at once, atomically, by creating the population's lock
+    file (`workbench.run.folder_lock`, beside the folder): two runs started in the same
+    second get two names, and a refused run still leaves no results folder.
+    """
+    stamp = (now or dt.datetime.now()).strftime(STAMP_FORMAT)
+    for n in range(1, 10_000):
+        suffix = f"_{stamp}" + (f"-{n}" if n > 1 else "")
+        name = base[: _NAME_LIMIT - len(suffix)] + suffix
+        folder = storage / name
+        if folder.exists() or lock_path(folder).exists():
+            continue
+        if not reserve:
+            return name
+        storage.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(lock_path(folder), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue  # another run took it a moment ago
+        return name
+    raise ExperimentError.single(str(storage), "storage", f"no free name for {base!r}")
+
+
+def newest_population(storage: Path, base: str) -> Path | None:
+    """The newest results folder of the populations named after ``base`` (its timestamped
+    runs), or None."""
+    pattern = re.compile(re.escape(base) + _STAMPED)
+    found = [
+        p
+        for p in storage.glob(f"{glob_escape(base)}_*")
+        if pattern.fullmatch(p.name) and (p / RESOLVED_FILE).is_file()
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda p: _stamp_order(p.name[len(base) + 1 :]))
+
+
+def _stamp_order(stamp: str) -> tuple[str, int]:
+    """``20260130-141502-3`` -> (``20260130-141502``, 3): time, then the number in it."""
+    time, _, n = stamp.partition("-")[2].partition("-")
+    return stamp[: 9 + len(time)], int(n) if n else 1
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
 def find_results_dir(ref: str, storage: str = "results") -> Path:
-    """A population's results folder from its path or its experiment name.
+    """A population's results folder from its path or its name; an experiment's name
+    means its newest population (``<name>_<time>``, as `workbench run` names them).
 
     Raises ExperimentError (exit 2) naming what was tried when there is nothing to resume.
     """
     # An absolute ref is the same path under any storage: try it once.
     candidates = list(dict.fromkeys([Path(ref), Path(storage) / ref]))
+    if not any((p / RESOLVED_FILE).is_file() for p in candidates):
+        newest = newest_population(Path(storage), ref)
+        if newest is not None:
+            candidates.append(newest)
     for path in candidates:
         if (path / RESOLVED_FILE).is_file():
             if not (path / "tuner.pkl").is_file():
