@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -24,9 +25,11 @@ from ray.tune.search.optuna import OptunaSearch
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config
-from workbench.names import RETURN_METRIC
+from workbench.names import SCORE_METRIC
 from workbench.run.replay import replay_scheduler
 from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
+
+logger = logging.getLogger(__name__)
 
 # (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
 LineageListener = Callable[[dict[str, Any]], None]
@@ -99,6 +102,9 @@ class ExploitRecorder:
             # The same iterations as Tune's pbt_global.txt.
             "target_iteration": int(trial.last_result.get(TIME_ATTR, 0)),
             "source_iteration": int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
+            # The iteration of the donor checkpoint the target restarts from, as PBT
+            # holds it (the tracker's restored_iteration is what the target showed next).
+            "checkpoint_iteration": int((new_state.last_result or {}).get(TIME_ATTR, 0)),
             "old": pick(trial.config),
             "donor": pick(trial_to_clone.config),
             "new": pick(new_config),
@@ -113,6 +119,7 @@ _PBT_TRIAL_FIELDS = (
     "last_perturbation_time",
     "last_train_time",
     "last_result",
+    "workbench_start",  # FreshExploits: the iteration of the trial's last restart
 )
 
 
@@ -131,7 +138,7 @@ class ResumablePBT(ResumableScheduler):
 
         trials = {}
         for trial, state in self._trial_state.items():
-            fields = {f: getattr(state, f) for f in _PBT_TRIAL_FIELDS}
+            fields = {f: getattr(state, f, None) for f in _PBT_TRIAL_FIELDS}
             if not isinstance(fields["last_checkpoint"], Checkpoint):
                 fields["last_checkpoint"] = None  # a save still in flight
             trials[trial.trial_id] = fields
@@ -204,11 +211,92 @@ def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
     return False
 
 
-class WorkbenchPBT(NoStopAfterSave, ExploitRecorder, ResumablePBT, PopulationBasedTraining):
+def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) -> bool:
+    """Whether a trial at iteration ``now``, which last restarted from a checkpoint of
+    iteration ``start`` (0: never), may restart from a donor's checkpoint of iteration
+    ``checkpoint_at``.
+
+    The checkpoint must be at most one perturbation interval old (it says how the donor
+    did lately, not long ago) and lie at least a full interval beyond the trial's own
+    new start: the trial is never rolled back into, or before, the interval it has just
+    trained from its last exploit. Without the second rule an async population of 2
+    thrashed: the weaker trial restarted from the donor's checkpoint, trained its
+    interval, ranked below the donor's score of that same checkpoint, and restarted
+    from it again, 16 times in a row, while the donor (paused, and tied with it on
+    Tune's fair-share clock) never ran.
+    """
+    return checkpoint_at >= now - interval and checkpoint_at >= start + interval
+
+
+class FreshExploits:
+    """Mixin for PBT and PB2: exploits that never thrash.
+
+    - A donor is chosen only among the upper quantile's trials whose checkpoint
+      ``donor_allowed`` accepts; with none, the trial trains on (Tune would pick one at
+      random and, without a checkpoint, skip the exploit).
+    - An exploited trial's new start is the donor checkpoint's iteration: its next
+      decision is a full interval after it (Tune copies the donor's clock, which is
+      the same for the checkpoints Tune holds; stated here, not assumed), and until
+      then its score is the donor's at that checkpoint (the weights it now has), not its
+      own from before the exploit.
+    """
+
+    _trial_state: dict[Any, Any]
+    _perturbation_interval: float
+    _time_attr: str
+
+    def _checkpoint_or_exploit(
+        self,
+        trial: Any,
+        tune_controller: Any,
+        upper_quantile: list[Any],
+        lower_quantile: list[Any],
+    ) -> None:
+        if trial in lower_quantile:
+            state = self._trial_state[trial]
+            donors = [
+                donor
+                for donor in upper_quantile
+                if self._trial_state[donor].last_checkpoint is not None
+                and donor_allowed(
+                    now=int(state.last_train_time),
+                    start=int(getattr(state, "workbench_start", 0) or 0),
+                    checkpoint_at=int(self._trial_state[donor].last_train_time),
+                    interval=int(self._perturbation_interval),
+                )
+            ]
+            if not donors:
+                logger.info(
+                    "[pbt] %s trains on at iteration %s: no donor's checkpoint is both at "
+                    "most one interval old and a full interval past its last start",
+                    trial,
+                    state.last_train_time,
+                )
+                lower_quantile = [t for t in lower_quantile if t is not trial]
+            else:
+                upper_quantile = donors
+        super()._checkpoint_or_exploit(  # type: ignore[misc]
+            trial, tune_controller, upper_quantile, lower_quantile
+        )
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
+        state = self._trial_state[trial]
+        donor = self._trial_state[trial_to_clone]
+        start = int((donor.last_result or {}).get(self._time_attr, donor.last_train_time))
+        state.last_perturbation_time = start
+        state.last_train_time = start
+        state.workbench_start = start
+        state.last_score = donor.last_score
+
+
+class WorkbenchPBT(
+    FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PopulationBasedTraining
+):
     pass
 
 
-class WorkbenchPB2(NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
+class WorkbenchPB2(FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",
@@ -249,7 +337,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     if section.type == "pbt":
         pbt = WorkbenchPBT(
             time_attr=TIME_ATTR,
-            metric=RETURN_METRIC,
+            metric=SCORE_METRIC,
             mode="max",
             perturbation_interval=section.perturbation_interval,
             burn_in_period=section.burn_in_period,
@@ -268,7 +356,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     if section.type == "pb2":
         pb2 = WorkbenchPB2(
             time_attr=TIME_ATTR,
-            metric=RETURN_METRIC,
+            metric=SCORE_METRIC,
             mode="max",
             perturbation_interval=section.perturbation_interval,
             quantile_fraction=section.quantile_fraction,
@@ -288,7 +376,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     if section.type == "asha":
         return WorkbenchASHA(
             time_attr=TIME_ATTR,
-            metric=RETURN_METRIC,
+            metric=SCORE_METRIC,
             mode="max",
             max_t=section.max_t,
             grace_period=section.grace_period,
@@ -302,7 +390,7 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
     exp = resolved.experiment
     seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
-        searcher: Searcher = OptunaSearch(metric=RETURN_METRIC, mode="max", seed=seed)
+        searcher: Searcher = OptunaSearch(metric=SCORE_METRIC, mode="max", seed=seed)
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)
         return searcher

@@ -8,10 +8,30 @@ from typing import Any
 from ray.tune.stopper import Stopper
 from ray.tune.utils import flatten_dict
 
-from workbench.names import RETURN_METRIC
+from workbench.names import (
+    EVAL_EPISODES_METRIC,
+    EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
+    RETURN_METRIC,
+    SCORE_EPISODES_METRIC,
+    SCORE_METRIC,
+)
 
 # The stopper of each population this process runs, by results folder (see __reduce__).
 _LIVE: dict[str, RulesStopper] = {}
+# A return target's rule, by what meets it: a trial's confirming evaluation, its score
+# (stop.eval_episodes: 0), or the per-iteration mean (snapshots from before the score).
+RETURN_RULES = (EVAL_RETURN_METRIC, SCORE_METRIC, RETURN_METRIC)
+# What the stop that reached the target saw (for the summary): the trial's evaluation
+# and the score that asked for it.
+_CONFIRMATION_KEYS = (
+    EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
+    EVAL_EPISODES_METRIC,
+    SCORE_METRIC,
+    SCORE_EPISODES_METRIC,
+    "training_iteration",
+)
 
 
 class RulesStopper(Stopper):  # type: ignore[misc]
@@ -19,6 +39,11 @@ class RulesStopper(Stopper):  # type: ignore[misc]
     the whole experiment ends once any trial reaches the return threshold: a
     population searches together, and once one member has solved the task the
     others' remaining budget buys nothing.
+
+    A return target is met by the evaluation the trial runs when its score reaches the
+    target (``eval/return_mean``, in the result of that iteration only: see
+    `workbench.trial.score`): a trial whose evaluation falls short is not stopped, and
+    the population goes on. ``reached`` keeps what the stop that met it saw.
 
     Tune pickles the stopper into its experiment snapshot and, on resume, puts the
     unpickled copy in place of the one the run config hands it (TuneController's
@@ -30,20 +55,29 @@ class RulesStopper(Stopper):  # type: ignore[misc]
 
     def __init__(self, rules: dict[str, float], all_at_return: bool, key: str = "") -> None:
         self.rules = dict(rules)
-        self.all_at_return = all_at_return and RETURN_METRIC in self.rules
+        self.all_at_return = all_at_return and any(k in self.rules for k in RETURN_RULES)
         self.reached_by: str | None = None
+        self.reached: dict[str, float] = {}
         self.key = key
         if key:
             _LIVE[key] = self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (self.key, self.rules, self.all_at_return, self.reached_by))
+        return (
+            _unpickle,
+            (self.key, self.rules, self.all_at_return, self.reached_by, self.reached),
+        )
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         flat = flatten_dict(result, delimiter="/")
         met = [k for k, threshold in self.rules.items() if _reached(flat.get(k), threshold)]
-        if RETURN_METRIC in met and self.reached_by is None:
+        if any(k in RETURN_RULES for k in met) and self.reached_by is None:
             self.reached_by = trial_id
+            self.reached = {
+                k: float(flat[k])
+                for k in _CONFIRMATION_KEYS
+                if isinstance(flat.get(k), numbers.Real)
+            }
         return bool(met)
 
     def stop_all(self) -> bool:
@@ -51,13 +85,18 @@ class RulesStopper(Stopper):  # type: ignore[misc]
 
 
 def _unpickle(
-    key: str, rules: dict[str, float], all_at_return: bool, reached_by: str | None
+    key: str,
+    rules: dict[str, float],
+    all_at_return: bool,
+    reached_by: str | None,
+    reached: dict[str, float] | None = None,  # (snapshots from before it have none)
 ) -> RulesStopper:
     stopper = _LIVE.get(key) if key else None
     if stopper is None:
         stopper = RulesStopper(rules, all_at_return, key)
     if stopper.reached_by is None:
         stopper.reached_by = reached_by  # reached before the snapshot: still reached
+        stopper.reached = dict(reached or {})
     return stopper
 
 

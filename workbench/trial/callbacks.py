@@ -11,6 +11,7 @@ from ray.rllib.core.learner.learner import Learner
 from ray.tune.utils import flatten_dict
 
 from workbench.trial import time_split
+from workbench.trial.score import RETURNS_KEY, episode_returns
 
 
 def reset_optimizer_lr(learner: Learner) -> dict[str, float]:
@@ -78,6 +79,17 @@ class WorkbenchCallbacks(RLlibCallback):
         if learner_group is not None:
             learner_group.foreach_learner(reset_optimizer_lr)
         self._before = tracked_values(algorithm.metrics)
+
+    def on_sample_end(
+        self, *, env_runner: Any, metrics_logger: Any, samples: Any, **kwargs: Any
+    ) -> None:
+        """Each episode that ended in this sample() call, its whole return (the score's
+        input: `workbench.trial.score`), as an item series RLlib gathers from every
+        runner into the iteration's result. Runs in the env runner, after the sample,
+        once per call: no per-step work, so the fast runner keeps its loop."""
+        chunks = getattr(env_runner, "_ongoing_episodes_for_metrics", None) or {}
+        for value in episode_returns(samples, chunks):
+            metrics_logger.log_value(RETURNS_KEY, value, reduce="item_series")
 
     def on_train_result(self, *, algorithm: Any, result: dict[str, Any], **kwargs: Any) -> None:
         flat = flatten_dict(

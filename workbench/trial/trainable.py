@@ -1,10 +1,12 @@
 """The trainable Tune runs: the RLlib algorithm class with a per-trial seed, a
-``reset_config`` so that Tune can reuse its actor, and checkpoints that can be trusted
+``reset_config`` so that Tune can reuse its actor, checkpoints that can be trusted
 (a manifest written last and checked after each save; a restore of a damaged
-checkpoint falls back to the newest intact one of the trial: workbench.trial.manifest)."""
+checkpoint falls back to the newest intact one of the trial: workbench.trial.manifest),
+and the trial's score with the evaluation that confirms a stop (workbench.trial.score)."""
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ from ray.train import Checkpoint
 from ray.train._internal.session import _TrainingResult
 from ray.tune.result import TRIAL_INFO
 
-from workbench.names import CHECKPOINT_FALLBACK_KEY
+from workbench.names import CHECKPOINT_FALLBACK_KEY, EVAL_RETURN_METRIC
+from workbench.trial.callbacks import WorkbenchCallbacks
 from workbench.trial.manifest import (
     CheckpointDamaged,
     policy_settings,
@@ -21,6 +24,16 @@ from workbench.trial.manifest import (
     restore_choice,
     write_manifest,
 )
+from workbench.trial.score import (
+    Roller,
+    ScoreSettings,
+    ScoreWindow,
+    evaluate_module,
+    nested,
+    pop_returns,
+)
+
+logger = logging.getLogger(__name__)
 
 
 def trial_seed(base_seed: int, trial_id: str) -> int:
@@ -64,21 +77,35 @@ def _local_path(checkpoint: Any) -> Path | None:
 
 
 @cache
-def seeded_trainable(algo_class: type) -> type:
-    """The algorithm class with a per-trial seed set before RLlib builds anything, and
-    a ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``)."""
+def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -> type:  # noqa: B008
+    """The algorithm class with a per-trial seed set before RLlib builds anything, a
+    ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``), and the
+    score of ``score`` with every result (a stop on a return target confirmed by an
+    evaluation in the trial's process)."""
 
     class Seeded(algo_class):  # type: ignore[misc,valid-type]
         # Why the last restore took another checkpoint than Tune asked for: reported
         # with the next result (the driver prints it and tags the trial's MLflow run).
         _checkpoint_note: str | None = None
+        score_settings = score
+        # (act, episodes) -> (returns, lengths) in place of the vector env's rollout.
+        eval_roller: Roller | None = None
 
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
+            # A new trial's window, or the one a restore brings (reset_config, resume).
+            self.score_window = ScoreWindow(self.score_settings.window)
             if isinstance(config, dict) and config.get(TRIAL_INFO) is not None:
                 config = dict(config)
                 seed = trial_seed(int(config.get("seed") or 0), config[TRIAL_INFO].trial_id)
                 config["seed"] = seed
             super().__init__(config=config, **kwargs)
+            callbacks = _as_list(getattr(self, "callbacks", None))
+            if not any(isinstance(c, WorkbenchCallbacks) for c in callbacks):
+                logger.warning(
+                    "the workbench's callbacks are not installed (a configure() replaced "
+                    "them): no episode returns reach score/*; subclass WorkbenchCallbacks "
+                    "or pass a list of callbacks with it"
+                )
 
         def reset_config(self, new_config: dict[str, Any]) -> bool:
             """Tune hands this actor to a trial (after a PBT pause or exploit, or a new
@@ -101,6 +128,7 @@ def seeded_trainable(algo_class: type) -> type:
             """RLlib's checkpoint, then its manifest, last: sizes and hashes of its files,
             the settings acting with its policy needs, and Tune's counters."""
             super().save_checkpoint(checkpoint_dir)
+            self.score_window.save(Path(checkpoint_dir))
             write_manifest(
                 Path(checkpoint_dir),
                 policy=policy_settings(self.config, self.iteration),
@@ -144,12 +172,52 @@ def seeded_trainable(algo_class: type) -> type:
                         )
             super().restore(checkpoint_path)
 
+        def load_checkpoint(self, checkpoint_dir: str) -> None:
+            super().load_checkpoint(checkpoint_dir)
+            # The window of the checkpoint's trial: its own after a retry or a resume,
+            # the donor's after a PBT exploit (empty for checkpoints from before scores).
+            self.score_window.restore(Path(checkpoint_dir))
+
         def step(self) -> Any:
             result = super().step()
-            if self._checkpoint_note is not None and isinstance(result, dict):
+            if not isinstance(result, dict):
+                return result
+            if self._checkpoint_note is not None:
                 result[CHECKPOINT_FALLBACK_KEY] = self._checkpoint_note
                 self._checkpoint_note = None
+            window = self.score_window
+            window.push(pop_returns(result))
+            metrics = window.metrics()
+            settings = self.score_settings
+            target = settings.target if settings.confirms else None
+            if target is not None and window.evaluation_due(target):
+                evaluation = self.evaluate_for_stop()
+                metrics.update(evaluation)
+                if evaluation[EVAL_RETURN_METRIC] < target:
+                    window.refused()
+            for group, values in nested(metrics).items():
+                result.setdefault(group, {}).update(values)
             return result
+
+        def evaluate_for_stop(self) -> dict[str, float]:
+            """The current policy over the stop's evaluation episodes (eval/* metrics)."""
+            config = self.config
+            env_id = config.env if isinstance(config.env, str) else str(config.env)
+            return evaluate_module(
+                self.get_module(),
+                env_id=env_id,
+                env_config=dict(config.env_config),
+                normalize_actions=bool(config.normalize_actions),
+                clip_actions=bool(config.clip_actions),
+                settings=self.score_settings,
+                roller=self.eval_roller,
+            )
 
     Seeded.__name__ = Seeded.__qualname__ = algo_class.__name__
     return Seeded
+
+
+def _as_list(callbacks: Any) -> list[Any]:
+    if callbacks is None:
+        return []
+    return list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
