@@ -10,6 +10,15 @@ built by :func:`vector_env_class` and :func:`env_class`:
 
 and Gymnasium ids ``sim_ext/<env_name>`` with both ``entry_point`` and
 ``vector_entry_point`` (see :func:`register_all`).
+
+Time limits follow Gymnasium's convention. An id whose environment Gymnasium also has (its
+*twin*: ``CartPole-v1`` and ``sim_ext/CartPole-v1``) carries the twin's
+``spec.max_episode_steps``: ``gym.make`` wraps the single env in ``TimeLimit`` with it, and the
+single env itself counts no steps unless ``max_episode_steps`` is given to its constructor;
+``gym.make_vec`` hands the limit to the vector env, whose C++ engine truncates (no wrapper, no
+Python per step). Either way an episode is truncated once, at the same step. GridMaze, with
+no twin and a limit that depends on its size, keeps its limit inside the env and a spec
+without one.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from typing import Any, ClassVar, SupportsFloat
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from sim_ext import _core
+from sim_ext import _core, render
 from sim_ext.faults import split_faults
 
 ID_PREFIX = "sim_ext/"
@@ -60,6 +70,17 @@ def _spaces(core: Any) -> tuple[spaces.Box, spaces.Space[Any]]:
 
 def _fresh_seed() -> int:
     return secrets.randbits(63)
+
+
+def twin_spec(env_name: str) -> EnvSpec | None:
+    """Gymnasium's registration of the same environment (``CartPole-v1`` for
+    ``sim_ext/CartPole-v1``), or None where Gymnasium has no such environment."""
+    return gym.registry.get(env_name)
+
+
+def _time_limit(core: Any) -> int | None:
+    limit = int(core.max_episode_steps)
+    return limit if limit > 0 else None
 
 
 class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
@@ -104,8 +125,9 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
         self._seeded = False
 
     @property
-    def max_episode_steps(self) -> int:
-        return int(self._core.max_episode_steps)
+    def max_episode_steps(self) -> int | None:
+        """The step that truncates an episode (None: ``max_episode_steps=0``, no limit)."""
+        return _time_limit(self._core)
 
     @property
     def elapsed_steps(self) -> np.ndarray:
@@ -198,18 +220,32 @@ class SimVectorEnv(gym.vector.VectorEnv):  # type: ignore[type-arg]
 
 
 class SimEnv(gym.Env):  # type: ignore[type-arg]
-    """One C++ environment behind Gymnasium's Env API (no autoreset: call reset())."""
+    """One C++ environment behind Gymnasium's Env API (no autoreset: call reset()).
+
+    Where the id's spec carries a time limit (``wrapped_time_limit``), the env counts no steps
+    itself, as Gymnasium's own single envs: ``gym.make`` adds ``TimeLimit``. Passing
+    ``max_episode_steps`` to the constructor sets a limit inside the env instead.
+
+    ``render_mode="rgb_array"``: ``render()`` returns the current state as an
+    ``(height, width, 3)`` uint8 picture like Gymnasium's (:mod:`sim_ext.render`).
+    """
 
     core_class: ClassVar[Any]
+    wrapped_time_limit: ClassVar[int | None] = None
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
 
     def __init__(self, render_mode: str | None = None, **env_config: Any) -> None:
-        if render_mode is not None:
+        name = self.core_class.env_name
+        modes = self.metadata["render_modes"]
+        if render_mode is not None and render_mode not in modes:
             raise ValueError(
-                f"{self.core_class.env_name}: render_mode={render_mode!r} is not supported; "
-                "valid: None"
+                f"{name}: render_mode={render_mode!r} is not supported; "
+                f"valid: None{''.join(f', {m!r}' for m in modes)}"
             )
-        core_config, self._faults = split_faults(self.core_class.env_name, env_config)
+        self.render_mode = render_mode
+        core_config, self._faults = split_faults(name, env_config)
+        if self.wrapped_time_limit is not None and core_config.get("max_episode_steps") is None:
+            core_config = {**core_config, "max_episode_steps": 0}
         self._core = self.core_class(1, core_config)
         self.env_config = dict(env_config)
         self.observation_space, self.action_space = _spaces(self._core)
@@ -225,8 +261,10 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
         self._seeded = False
 
     @property
-    def max_episode_steps(self) -> int:
-        return int(self._core.max_episode_steps)
+    def max_episode_steps(self) -> int | None:
+        """The env's own time limit; None where ``gym.make``'s ``TimeLimit`` does the counting
+        (the spec's ``max_episode_steps``)."""
+        return _time_limit(self._core)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -295,6 +333,16 @@ class SimEnv(gym.Env):  # type: ignore[type-arg]
     def set_state(self, state: np.ndarray) -> None:
         self._core.set_state(np.asarray(state, dtype=np.float64).reshape(1, -1))
 
+    def render(self) -> np.ndarray | None:  # type: ignore[override]
+        """The current state as an ``(height, width, 3)`` uint8 picture (``rgb_array``)."""
+        if self.render_mode is None:
+            gym.logger.warn(
+                f"{self.core_class.env_name}: render() without a render_mode; make the env "
+                'with render_mode="rgb_array"'
+            )
+            return None
+        return render.frame(self.core_class.env_name, self.get_state())
+
     def close(self) -> None:
         self._core.close()
 
@@ -323,10 +371,21 @@ def _build_classes() -> dict[str, type]:
     built: dict[str, type] = {}
     for env_name, core in core_classes().items():
         stem = _class_stem(env_name)
-        for base, suffix in ((SimVectorEnv, "VectorEnv"), (SimEnv, "Env")):
+        twin = twin_spec(env_name)
+        fps = render.RENDER_FPS.get(env_name)
+        single: dict[str, Any] = {
+            "wrapped_time_limit": twin.max_episode_steps if twin is not None else None,
+            "metadata": {"render_modes": ["rgb_array"], "render_fps": fps}
+            if fps is not None
+            else {"render_modes": []},
+        }
+        for base, suffix, extra in (
+            (SimVectorEnv, "VectorEnv", {}),
+            (SimEnv, "Env", single),
+        ):
             name = stem + suffix
             # Module-level names keep these picklable by reference (Ray ships env creators).
-            built[name] = type(name, (base,), {"core_class": core, "__module__": __name__})
+            built[name] = type(name, (base,), {"core_class": core, "__module__": __name__, **extra})
     return built
 
 
@@ -342,19 +401,21 @@ def env_ids() -> list[str]:
 def register_all() -> None:
     """Registers ``sim_ext/<name>`` for every compiled environment (idempotent).
 
-    The environments enforce their own time limits (``max_episode_steps`` in
-    env_config), so the specs carry none: Gymnasium would otherwise add a second
-    TimeLimit that ignores the env_config value.
+    An environment with a Gymnasium twin gets the twin's ``max_episode_steps`` and
+    ``reward_threshold`` (see the module's docstring for who truncates).
     """
     for env_name in core_classes():
         env_id = ID_PREFIX + env_name
         if env_id in gym.registry:
             continue
         stem = _class_stem(env_name)
+        twin = twin_spec(env_name)
         gym.register(
             id=env_id,
             entry_point=f"{__name__}:{stem}Env",
             vector_entry_point=f"{__name__}:{stem}VectorEnv",
+            max_episode_steps=twin.max_episode_steps if twin is not None else None,
+            reward_threshold=twin.reward_threshold if twin is not None else None,
         )
 
 

@@ -3,6 +3,7 @@
 #include "envs/acrobot.h"
 #include "envs/cartpole.h"
 #include "envs/gridmaze.h"
+#include "envs/mountain_car.h"
 #include "envs/pendulum.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -10,5 +11,7 @@ PYBIND11_MODULE(_core, m) {
   sim_ext::bind_env<sim_ext::Acrobot>(m, "Acrobot");
   sim_ext::bind_env<sim_ext::CartPole>(m, "CartPole");
   sim_ext::bind_env<sim_ext::GridMaze>(m, "GridMaze");
+  sim_ext::bind_env<sim_ext::MountainCar>(m, "MountainCar");
+  sim_ext::bind_env<sim_ext::MountainCarContinuous>(m, "MountainCarContinuous");
   sim_ext::bind_env<sim_ext::Pendulum>(m, "Pendulum");
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 from gymnasium import spaces
 
 import sim_ext
@@ -22,9 +23,11 @@ def describe_environments() -> list[str]:
     lines = []
     for env_id in sim_ext.env_ids():
         env = env_class(env_id.removeprefix(sim_ext.envs.ID_PREFIX))()
+        # The spec's limit (gym.make's TimeLimit), else the env's own (GridMaze's 4 n^2).
+        limit = gym.spec(env_id).max_episode_steps or env.max_episode_steps
         lines.append(
-            f"{env_id:<22} obs {_space(env.observation_space):<36} "
-            f"actions {_space(env.action_space):<30} time limit {env.max_episode_steps}"
+            f"{env_id:<32} obs {_space(env.observation_space):<36} "
+            f"actions {_space(env.action_space):<30} time limit {limit}"
         )
         env.close()
     return lines

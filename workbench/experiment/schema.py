@@ -562,6 +562,13 @@ class Experiment(_Strict):
         "APPO, IMPALA on vector envs; several times RLlib's throughput, the same episodes), "
         "'rllib' RLlib's SingleAgentEnvRunner, 'auto' the fast one where it applies.",
     )
+    learner: Literal["auto", "lean", "rllib"] = Field(
+        "auto",
+        description="How trials update: 'lean' is the workbench's PPO learner for small "
+        "networks on CPU (RLlib's PPO, its checkpoints and metrics, without RLlib's "
+        "per-minibatch overhead; needed for a clip_param schedule), 'rllib' RLlib's own "
+        "learner, 'auto' the lean one for PPO with a local CPU learner.",
+    )
     model: dict[str, Any] = Field(
         default_factory=dict,
         description="The policy and value networks: fields of RLlib's DefaultModelConfig "

@@ -101,7 +101,7 @@ struct Spec {
   int act_dim = 0;                    // continuous: actions have this many floats
   std::vector<float> act_low, act_high;
   int state_dim = 0;                  // length of get_state()/set_state() rows
-  int max_episode_steps = 0;          // truncation after this many steps
+  int max_episode_steps = 0;          // truncation after this many steps; 0: no time limit
 };
 
 template <class P>
@@ -111,7 +111,11 @@ class BatchEnv {
   static constexpr int kMaxEnvs = 1 << 24;
 
   BatchEnv(int64_t num_envs, Params params)
-      : n_(check_num_envs(num_envs)), phys_(parse(params), n_), spec_(phys_.spec()) {
+      : n_(check_num_envs(num_envs)),
+        phys_(parse(params), n_),
+        spec_(phys_.spec()),
+        // No time limit: an episode is cut only after 2^31 - 1 steps, before its counter overflows.
+        limit_(spec_.max_episode_steps > 0 ? spec_.max_episode_steps : std::numeric_limits<int32_t>::max()) {
     obs_.assign(static_cast<size_t>(n_) * spec_.obs_dim, 0.0f);
     reward_.assign(n_, 0.0f);
     term_i32_.assign(n_, 0);
@@ -184,7 +188,7 @@ class BatchEnv {
   // they report reward 0, not terminated, not truncated.
   void step() {
     phys_.step(n_, act_.data(), reward_.data(), term_i32_.data(), obs_.data());
-    batch_detail::finish_step(n_, spec_.max_episode_steps, term_i32_.data(), elapsed_.data(), terminated_.data(),
+    batch_detail::finish_step(n_, limit_, term_i32_.data(), elapsed_.data(), terminated_.data(),
                               truncated_.data(), done_.data());
     for (int k = 0; k < num_pending_; ++k) {
       const int i = pending_[k];
@@ -267,6 +271,7 @@ class BatchEnv {
   int n_;
   P phys_;
   Spec spec_;
+  int32_t limit_;  // the step count that truncates an episode
   std::vector<float> obs_;
   std::vector<float> reward_;
   std::vector<int32_t> term_i32_;  // 32-bit flags keep the physics loop vectorised

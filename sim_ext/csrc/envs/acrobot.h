@@ -147,12 +147,12 @@ class Acrobot {
   static constexpr const char* kName = "Acrobot-v1";
   struct Config {
     int substeps = 1;  // RK4 steps per env step, each of dt / substeps
-    int max_episode_steps = 500;
+    int max_episode_steps = 500;  // 0: no time limit (a single env under gym.make's TimeLimit)
   };
   static Config parse(Params& p) {
     Config c;
     c.substeps = static_cast<int>(p.get_int("substeps", 1, 1, 1000));
-    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 500, 1, 1 << 30));
+    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 500, 0, 1 << 30));
     return c;
   }
 

@@ -60,13 +60,13 @@ class CartPole {
   using Action = int32_t;
   static constexpr const char* kName = "CartPole-v1";
   struct Config {
-    int substeps = 1;           // physics integrations per env step, each of tau / substeps
-    int max_episode_steps = 500;
+    int substeps = 1;  // physics integrations per env step, each of tau / substeps
+    int max_episode_steps = 500;  // 0: no time limit (a single env under gym.make's TimeLimit)
   };
   static Config parse(Params& p) {
     Config c;
     c.substeps = static_cast<int>(p.get_int("substeps", 1, 1, 100000));
-    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 500, 1, 1 << 30));
+    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 500, 0, 1 << 30));
     return c;
   }
 
@@ -74,11 +74,11 @@ class CartPole {
 
   Spec spec() const {
     using namespace cartpole_detail;
-    const float big = std::numeric_limits<float>::max();
+    const float inf = std::numeric_limits<float>::infinity();  // Gymnasium's np.inf velocity bounds
     Spec s;
     s.obs_dim = 4;
-    s.obs_low = {-2 * kXThreshold, -big, -2 * kThetaThreshold, -big};
-    s.obs_high = {2 * kXThreshold, big, 2 * kThetaThreshold, big};
+    s.obs_low = {-2 * kXThreshold, -inf, -2 * kThetaThreshold, -inf};
+    s.obs_high = {2 * kXThreshold, inf, 2 * kThetaThreshold, inf};
     s.discrete = true;
     s.num_actions = 2;
     s.state_dim = 4;

@@ -73,13 +73,13 @@ class Pendulum {
   struct Config {
     double g = 10.0;   // gravity
     int substeps = 1;  // Euler steps per env step, each of dt / substeps
-    int max_episode_steps = 200;
+    int max_episode_steps = 200;  // 0: no time limit (a single env under gym.make's TimeLimit)
   };
   static Config parse(Params& p) {
     Config c;
     c.g = p.get_double("g", 10.0, 0.0, 1000.0);
     c.substeps = static_cast<int>(p.get_int("substeps", 1, 1, 1000));
-    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 200, 1, 1 << 30));
+    c.max_episode_steps = static_cast<int>(p.get_int("max_episode_steps", 200, 0, 1 << 30));
     return c;
   }
 
