@@ -21,6 +21,8 @@ status tables) is switched off where it starts (``RAY_AIR_NEW_OUTPUT=0`` and
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import io
 import logging
 import logging.handlers
@@ -86,10 +88,14 @@ class LibraryLogs:
         self.take_over()
         return self
 
-    def take_over(self) -> None:
+    def take_over(self, also_import: tuple[str, ...] = ()) -> None:
         """Takes over every logger that writes to the terminal now, the root logger and
-        Python's warnings; again for one reconfigured since (MLflow sets its handlers
-        when it is imported)."""
+        Python's warnings; again for one reconfigured since. ``also_import``: libraries
+        the run will import, imported first (MLflow sets its handlers on import, which
+        the tracker does in its writer thread)."""
+        for module in also_import:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
         root = logging.getLogger()
         loggers = [root] + [
             logger

@@ -35,8 +35,9 @@ from workbench.policy.evaluate import evaluate_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.policy.mlflow_model import log_checkpoint_model
 from workbench.run.checkpoints import CheckpointGuard
+from workbench.run.console import LibraryLogs
 from workbench.run.folder_lock import FolderLock
-from workbench.run.progress import ProgressTable
+from workbench.run.progress import ProgressTable, StopGoal
 from workbench.run.ray_session import (
     check_dashboard,
     cleanup_leftover_ray,
@@ -49,15 +50,15 @@ from workbench.run.scheduler_state import SchedulerState
 from workbench.run.schedulers import scheduler, search_algorithm
 from workbench.run.state_sync import sync_without_temp_files
 from workbench.run.stopping import RulesStopper
-from workbench.run.summary import RunSummary, summarize
+from workbench.run.summary import RunSummary, stop_reason, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.location import results_dir_tag, sqlite_file
 from workbench.tracking.population_summary import PopulationSummary, log_population_summary
 from workbench.tracking.run_context import source_tags
 from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
-from workbench.trial.trainable import seeded_trainable
 from workbench.trial.score import score_settings
+from workbench.trial.trainable import seeded_trainable
 
 
 def prepare_results_dir(resolved: ResolvedExperiment) -> None:
@@ -152,10 +153,28 @@ def _session(
     resolved: ResolvedExperiment, config: AlgorithmConfig, *, progress_interval_s: float
 ) -> _Session:
     exp = resolved.experiment
+    stopper = RulesStopper(
+        exp.stop.tune_stop(),
+        all_at_return=exp.stop.all_at_return
+        if exp.stop.all_at_return is not None
+        else exp.scheduler.type in ("pbt", "pb2"),
+        key=str(resolved.results_dir),
+    )
     table = ProgressTable(
-        {key: name for name, key in resolved.tune_keys.items()}, interval_s=progress_interval_s
+        {key: name for name, key in resolved.tune_keys.items()},
+        interval_s=progress_interval_s,
+        title=f"{exp.name} ({exp.algorithm}, {exp.scheduler.type.upper()})",
+        goal=StopGoal(
+            rules=dict(stopper.rules),
+            wall_time_s=exp.stop.wall_time_s,
+            population=exp.population,
+            all_at_return=stopper.all_at_return,
+        ),
     )
     trial_scheduler = scheduler(resolved)
+    add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
+    if add_listener is not None:
+        add_listener(table.on_exploit)  # one line per exploit, in the user's names
     # The order matters: Tune restores callback state by position.
     callbacks: list[Any] = [
         table,
@@ -166,7 +185,6 @@ def _session(
     if exp.tracking.enabled:
         tracker = MlflowTracker(tracking_target(resolved))
         callbacks.append(tracker)
-        add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
         if add_listener is not None:
             add_listener(tracker.on_exploit)
     # After the stateful ones (whose saved state Tune hands back by position): result.json
@@ -186,13 +204,7 @@ def _session(
     run_config = tune.RunConfig(
         name=exp.name,
         storage_path=str(resolved.results_dir.parent),
-        stop=RulesStopper(
-            exp.stop.tune_stop(),
-            all_at_return=exp.stop.all_at_return
-            if exp.stop.all_at_return is not None
-            else exp.scheduler.type in ("pbt", "pb2"),
-            key=str(resolved.results_dir),
-        ),
+        stop=stopper,
         checkpoint_config=tune.CheckpointConfig(
             # Pruned by CheckpointGuard instead: Tune's own pruning deletes PBT donors'
             # checkpoints before their clones restore them.
@@ -225,6 +237,10 @@ def _tune_environment() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Ctrl-C is the workbench's to handle (_StopSignals); Tune keeps SIGUSR1.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    # The console is the workbench's (workbench.run.progress): Tune's new output engine
+    # prints its configuration box and TensorBoard hint whatever `verbose` says; the
+    # legacy one prints nothing at verbose=0.
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     sync_without_temp_files()
 
 
@@ -281,7 +297,9 @@ def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float]:
     start = time.monotonic()
     with _StopSignals():
         try:
-            return tuner.fit(), time.monotonic() - start
+            with session.table.showing():
+                results = tuner.fit()
+            return results, time.monotonic() - start
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             if session.tracker is not None:
@@ -298,9 +316,20 @@ def _finish(
     summary = summarize(resolved, session.table, errors=len(results.errors))
     budget = resolved.experiment.stop.wall_time_s
     budget_spent = budget is not None and elapsed_s >= 0.99 * budget
-    by_rule = session.run_config.stop.stop_all()
+    stopper = session.run_config.stop
+    by_rule = stopper.stop_all()
     summary.interrupted = not (budget_spent or by_rule) and any(
         t.status not in ("TERMINATED", "ERROR") for t in summary.trials
+    )
+    summary.wall_time_s = elapsed_s
+    reached = session.table.records.get(stopper.reached_by) if by_rule else None
+    summary.stop_reason = stop_reason(
+        summary.trials,
+        session.table.goal,
+        interrupted=summary.interrupted,
+        budget_spent=budget_spent,
+        reached_by=(reached.name if reached else stopper.reached_by) if by_rule else None,
+        early_stopper="ASHA" if resolved.experiment.scheduler.type == "asha" else None,
     )
     if session.tracker is not None:
         summary.tracking_uri = session.tracker.target.uri
@@ -407,7 +436,8 @@ def run(
     resolved: ResolvedExperiment,
     *,
     address: str | None = None,
-    progress_interval_s: float = 15.0,
+    progress_interval_s: float = 30.0,
+    verbose: bool = False,
     configure: Configure | None = None,
     dashboard: bool = False,
 ) -> RunSummary:
@@ -415,12 +445,14 @@ def run(
 
     ``configure`` may adjust the RLlib config beyond what experiment files say (a
     custom learner class or callbacks, from Python). ``dashboard`` starts Ray's
-    dashboard with a local Ray (ray[default]) and prints its address.
+    dashboard with a local Ray (ray[default]) and prints its address. Ray's, Tune's and
+    MLflow's logging goes to the results folder's workbench.log (``verbose``: and to
+    stderr).
     """
 
     _tune_environment()
     check_dashboard(address, dashboard)  # before the lock: a refused run leaves nothing
-    with FolderLock(resolved.results_dir, "run"):
+    with FolderLock(resolved.results_dir, "run"), LibraryLogs(verbose) as logs:
         # Under the lock: a run of the same name that started at the same moment and
         # wrote first is seen now (resolve's look was before either wrote).
         problems: list[Problem] = []
@@ -430,6 +462,7 @@ def run(
         start_ray(address, dashboard=dashboard)
         resolved, config = _checked(resolved, build_config(resolved, configure), address)
         prepare_results_dir(resolved)
+        logs.open_file(resolved.results_dir, "run")
         record_ray_session(resolved.results_dir)
         session = _session(resolved, config, progress_interval_s=progress_interval_s)
         tuner = tune.Tuner(
@@ -438,6 +471,7 @@ def run(
             tune_config=session.tune_config,
             run_config=session.run_config,
         )
+        logs.take_over(also_import=("mlflow",) if session.tracker else ())
         return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
 
 
@@ -446,7 +480,8 @@ def resume(
     *,
     restart_errored: bool = False,
     address: str | None = None,
-    progress_interval_s: float = 15.0,
+    progress_interval_s: float = 30.0,
+    verbose: bool = False,
     configure: Configure | None = None,
 ) -> RunSummary:
     """Continues a stopped population in its results folder with the same MLflow runs.
@@ -458,7 +493,8 @@ def resume(
 
     _tune_environment()
     # The only writer of the folder: a driver of it that still runs refuses this resume.
-    with FolderLock(resolved.results_dir, "resume"):
+    with FolderLock(resolved.results_dir, "resume"), LibraryLogs(verbose) as logs:
+        logs.open_file(resolved.results_dir, "resume")
         note = missing_store_note(resolved)
         if note:
             print(note)
@@ -494,6 +530,7 @@ def resume(
         session.run_config.storage_path = internal._run_config.storage_path
         internal._tune_config = session.tune_config
         internal._run_config = session.run_config
+        logs.take_over(also_import=("mlflow",) if session.tracker else ())
         return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from workbench.experiment.resolve import ResolvedExperiment
-from workbench.run.progress import ProgressTable, TrialRecord
+from workbench.run.progress import (
+    RETURN_KEYS,
+    ProgressTable,
+    StopGoal,
+    TrialRecord,
+    clock,
+    metric_label,
+    number,
+)
 
 
 @dataclass
@@ -27,6 +35,9 @@ class RunSummary:
     # The best trial's last checkpoint rolled out (evaluation.at_end), or why it was not.
     evaluation: Any = None  # workbench.evaluate.Evaluation
     evaluation_note: str | None = None
+    # The driver's time from Tune's start to its end, and why the run stopped.
+    wall_time_s: float | None = None
+    stop_reason: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -38,14 +49,18 @@ class RunSummary:
 
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
+        if self.wall_time_s is not None:
+            why = f": {self.stop_reason}" if self.stop_reason else ""
+            out.append(f"Stopped after {clock(self.wall_time_s)} (wall time){why}")
         if self.best is not None:
             out.append(
-                f"Best trial {self.best.name}: return {self.best.best_return:.1f} "
+                f"Best trial {self.best.name}: {metric_label(self.best.return_metric)} "
+                f"{self.best.best_return:.1f} "
                 f"(last {self.best.last_return:.1f}) after {self.best.iteration} iterations, "
                 f"{self.best.env_steps} env steps"
             )
             if self.best.schedule:
-                out.append("Its hyperparameters over time (iteration: values):")
+                out.append("Its hyperparameters over time (first iteration trained with them):")
                 for iteration, values in self.best.schedule:
                     shown = ", ".join(f"{k}={_short(v)}" for k, v in values.items())
                     out.append(f"  {iteration:>4}: {shown}")
@@ -94,6 +109,36 @@ def _store_argument(uri: str) -> str:
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def stop_reason(
+    trials: list[TrialRecord],
+    goal: StopGoal,
+    *,
+    interrupted: bool,
+    budget_spent: bool,
+    reached_by: str | None,
+    early_stopper: str | None = None,
+) -> str:
+    """Why the run ended, in the words of its stop rules: the return target (whose
+    trial), the wall-time budget, the trials' own rules, failures, or an interruption."""
+    if interrupted:
+        return "interrupted (Ctrl-C or SIGTERM) before its stop rules"
+    if reached_by is not None:
+        target = next((v for k, v in goal.rules.items() if k in RETURN_KEYS), None)
+        shown = f" {number(target)}" if target is not None else ""
+        return f"{reached_by} reached the return target{shown}, which ends the whole population"
+    if budget_spent and goal.wall_time_s is not None:
+        return f"the wall-time budget ({clock(goal.wall_time_s)}) ran out"
+    failed = sum(t.status == "ERROR" for t in trials)
+    rules = StopGoal(goal.rules).describe()
+    if failed and failed == len(trials):
+        return "every trial failed"
+    early = f", or {early_stopper} stopped it early" if early_stopper else ""
+    if failed:
+        others = f"the others reached a stop rule ({rules}){early}"
+        return f"{failed} of {len(trials)} trials failed; {others}"
+    return f"every trial reached a stop rule ({rules}){early}"
 
 
 def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -> RunSummary:

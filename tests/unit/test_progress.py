@@ -1,0 +1,243 @@
+"""The live view's rows, exploit lines, stop-rule bar and plain output, the end summary's
+wall time and stop reason, and the libraries' logging kept off the console (no Ray)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from workbench.names import LOG_FILE, RETURN_METRIC, SCORE_METRIC, trial_name
+from workbench.run.console import LibraryLogs
+from workbench.run.progress import ProgressTable, StopGoal, TrialRecord, clock, number
+from workbench.run.summary import RunSummary, stop_reason
+
+
+class _Trial(SimpleNamespace):
+    def __str__(self) -> str:
+        return trial_name(self)
+
+
+def _trial(index: int, **config: Any) -> _Trial:
+    return _Trial(
+        trial_id=f"39e3e_{index:05d}", trainable_name="PPO", config=config, status="PENDING"
+    )
+
+
+def _result(iteration: int, ret: float, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "training_iteration": iteration,
+        "num_env_steps_sampled_lifetime": 256 * iteration,
+        "env_runners": {"episode_return_mean": ret},
+        "config": dict(config),
+        **extra,
+    }
+
+
+def _table(**kwargs: Any) -> ProgressTable:
+    goal = kwargs.pop("goal", StopGoal({"training_iteration": 6}, population=2))
+    return ProgressTable({"lr": "lr", "lambda": "lambda_"}, goal=goal, **kwargs)
+
+
+def test_one_row_per_trial_in_a_stable_order_with_the_users_names() -> None:
+    table = _table()
+    first, second = _trial(0, lr=1e-3, **{"lambda": 0.9}), _trial(1, lr=2e-3, **{"lambda": 0.95})
+    # Tune reports in any order; the rows stay by name.
+    table.on_trial_result(0, [], second, _result(1, 10.0, second.config))
+    table.on_trial_result(0, [], first, _result(1, 12.0, first.config))
+    table.on_trial_result(0, [], second, _result(2, 11.0, second.config))
+    lines = table.table_lines()
+    assert lines[0].split() == [
+        "trial", "status", "iter", "env", "steps", "return", "best", "lr", "lambda_"
+    ]  # fmt: skip
+    assert [line.split()[0] for line in lines[1:]] == ["PPO_00000", "PPO_00001"]
+    assert "39e3e" not in "\n".join(lines)
+    assert lines[2].split()[:7] == ["PPO_00001", "RUNNING", "2", "512", "11", "11", "0.002"]
+
+
+def test_the_schedule_numbers_the_first_iteration_trained_with_each_set_of_values() -> None:
+    """As `workbench show` does (1, 3, 5), not the iteration before (0, 2, 4): PBT has
+    changed the trial's config by the time the result that decided it reaches the table."""
+    table = _table()
+    trial = _trial(0, lr=1e-3, **{"lambda": 0.9})
+    old = dict(trial.config)
+    table.on_trial_result(0, [], trial, _result(1, 10.0, old))
+    table.on_trial_result(0, [], trial, _result(2, 11.0, old))
+    trial.config = {"lr": 5e-4, "lambda": 0.9}  # exploited at iteration 2
+    table.on_trial_result(0, [], trial, _result(3, 12.0, trial.config))
+    table.on_trial_result(0, [], trial, _result(4, 12.0, trial.config))
+    new = dict(trial.config)
+    trial.config = {"lr": 2e-4, "lambda": 0.95}  # decided on its own result 4
+    table.on_trial_result(0, [], trial, _result(4, 12.0, new))
+    table.on_trial_result(0, [], trial, _result(5, 13.0, trial.config))
+    (record,) = table.records.values()
+    assert [it for it, _ in record.schedule] == [1, 3, 5]
+    assert record.schedule[1][1] == {"lr": 5e-4, "lambda_": 0.9}
+    # The row shows the values the trial trains with next.
+    assert record.hyperparameters == {"lr": 2e-4, "lambda_": 0.95}
+
+
+def test_the_score_is_shown_when_trials_report_it_else_the_raw_mean() -> None:
+    table = _table()
+    trial = _trial(0, lr=1e-3, **{"lambda": 0.9})
+    table.on_trial_result(0, [], trial, _result(1, 30.0, trial.config))
+    assert table.table_lines()[0].split()[5] == "return"
+    scored = _result(2, 50.0, trial.config, score={"return_mean": 41.5})
+    table.on_trial_result(0, [], trial, scored)
+    (record,) = table.records.values()
+    assert record.return_metric == SCORE_METRIC and record.last_return == 41.5
+    assert table.table_lines()[0].split()[5] == "score"
+
+
+def test_an_exploit_is_one_line_in_the_users_names() -> None:
+    table = _table()
+    for index in (0, 2):
+        table.on_trial_result(0, [], _trial(index, lr=1e-3), _result(1, 1.0, {}))
+    line = table.exploit_line(
+        {
+            "target": "39e3e_00000",
+            "source": "39e3e_00002",
+            "exploit_iteration": 8,
+            "old": {"lr": 5.6e-4, "lambda": 0.95},
+            "new": {"lr": 5.4e-5, "lambda": 0.97},
+        }
+    )
+    assert line == "PPO_00000 <- PPO_00002 @ it 8: lr 5.6e-4 -> 5.4e-5, lambda_ 0.95 -> 0.97"
+
+
+def test_numbers_and_clocks_read_short() -> None:
+    assert [number(v) for v in (5.6e-4, 0.95, 128, 2.5e7, float("nan"), None, -13.25)] == [
+        "5.6e-4", "0.95", "128", "2.5e7", "-", "-", "-13.25"
+    ]  # fmt: skip
+    assert [clock(s) for s in (7, 273.4, 3729)] == ["0:07", "4:33", "1:02:09"]
+
+
+def test_the_bar_goes_toward_the_nearest_stop_rule() -> None:
+    goal = StopGoal({"training_iteration": 10}, wall_time_s=100, population=4)
+    rows = [TrialRecord("a", "RUNNING", rule_values={"training_iteration": 5})]
+    # One of four trials half-way: 1/8 of the population; 30 s of 100 is further.
+    assert goal.fraction(rows, elapsed_s=0) == pytest.approx(0.125)
+    assert goal.fraction(rows, elapsed_s=30) == pytest.approx(0.3)
+    target = StopGoal({RETURN_METRIC: 400}, population=4, all_at_return=True)
+    best = TrialRecord("b", "RUNNING", rule_values={RETURN_METRIC: 300.0})
+    assert target.fraction([best], elapsed_s=0) == pytest.approx(0.75)
+    # A negative target makes no fraction: the bar stays at the other rules.
+    assert StopGoal({RETURN_METRIC: -150}).fraction([best], 0) == 0.0
+    assert "return 400" in target.describe() and "1:40 budget" in goal.describe()
+
+
+def test_not_a_terminal_plain_lines_and_the_table_once_at_the_end() -> None:
+    out = io.StringIO()
+    table = _table(interval_s=1e9)
+    first, second = _trial(0, lr=1e-3, **{"lambda": 0.9}), _trial(1, lr=2e-3, **{"lambda": 0.9})
+    with table.showing(out):
+        for trial in (first, second):
+            table.on_step(0, [first, second])
+            table.on_trial_start(0, [], trial)
+            table.on_trial_result(0, [], trial, _result(1, 9.0, trial.config))
+        table.on_exploit(
+            {
+                "target": first.trial_id,
+                "source": second.trial_id,
+                "exploit_iteration": 2,
+                "old": {"lr": 1e-3},
+                "new": {"lr": 2.4e-3},
+            }
+        )
+        table.on_trial_start(0, [], first)  # restarted after the exploit: not "started" again
+        table.on_trial_complete(0, [], second)
+    text = out.getvalue()
+    assert "\x1b" not in text
+    lines = text.splitlines()
+    assert lines[0] == "PPO_00000 started: lr 0.001, lambda_ 0.9"
+    assert sum(line.startswith("PPO_00000 started") for line in lines) == 1
+    assert "PPO_00000 <- PPO_00001 @ it 2: lr 0.001 -> 0.0024" in lines
+    assert "PPO_00001 finished at iteration 1: return 9" in lines
+    assert "elapsed" in lines[-4] and "toward iterations 6" in lines[-4]
+    assert sum(line.startswith("trial ") for line in lines) == 1
+    assert [line.split()[0] for line in lines[-2:]] == ["PPO_00000", "PPO_00001"]
+
+
+def test_the_rows_survive_a_resume_and_pickling_leaves_the_view_behind() -> None:
+    table = _table()
+    trial = _trial(0, lr=1e-3, **{"lambda": 0.9})
+    table.on_trial_result(0, [], trial, _result(1, 10.0, trial.config))
+    with table.showing(io.StringIO()):
+        copy = pickle.loads(pickle.dumps(table))
+    assert copy.records.keys() == table.records.keys()
+    again = _table()
+    state = table.get_state()
+    assert state is not None
+    again.set_state(pickle.loads(pickle.dumps(state)))
+    assert again.records == table.records
+
+
+def test_the_summary_says_how_long_and_why_it_stopped(tmp_path: Path) -> None:
+    trials = [TrialRecord("PPO_00000", "TERMINATED", 6), TrialRecord("PPO_00001", "ERROR", 3)]
+    goal = StopGoal({"training_iteration": 6, RETURN_METRIC: 475}, wall_time_s=300)
+    why = {
+        "target": stop_reason(
+            trials, goal, interrupted=False, budget_spent=False, reached_by="PPO_00000"
+        ),
+        "budget": stop_reason(trials, goal, interrupted=False, budget_spent=True, reached_by=None),
+        "rules": stop_reason(
+            trials[:1], goal, interrupted=False, budget_spent=False, reached_by=None
+        ),
+        "error": stop_reason(trials, goal, interrupted=False, budget_spent=False, reached_by=None),
+        "interrupted": stop_reason(
+            trials, goal, interrupted=True, budget_spent=False, reached_by=None
+        ),
+    }
+    assert why == {
+        "target": "PPO_00000 reached the return target 475, which ends the whole population",
+        "budget": "the wall-time budget (5:00) ran out",
+        "rules": "every trial reached a stop rule (iterations 6, return 475)",
+        "error": "1 of 2 trials failed; the others reached a stop rule (iterations 6, return 475)",
+        "interrupted": "interrupted (Ctrl-C or SIGTERM) before its stop rules",
+    }
+    summary = RunSummary("x", tmp_path, trials, errors=1, wall_time_s=87.4)
+    summary.stop_reason = why["error"]
+    assert summary.lines()[1] == f"Stopped after 1:27 (wall time): {why['error']}"
+
+
+def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A logger with its own terminal handler (as Ray's and MLflow's are), one that
+    propagates to the root (Python's last resort), and a warning: none on the console;
+    all in workbench.log, those from before the folder existed too."""
+    library = logging.getLogger("fake_ray")
+    library.addHandler(logging.StreamHandler(sys.stderr))
+    library.propagate = False
+    library.setLevel(logging.INFO)
+    before = list(library.handlers)
+    try:
+        with LibraryLogs() as logs:
+            library.info("Started a local Ray instance.")
+            logs.open_file(tmp_path, "run")
+            logging.getLogger("some.lib").warning("Cannot find metric")
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.warn("deprecated thing", UserWarning, stacklevel=1)
+            library.warning("Saving experiment state failed")
+        assert library.handlers == before and library.propagate is False
+        captured = capfd.readouterr()
+        assert captured.err == "" and captured.out == ""
+        log = (tmp_path / LOG_FILE).read_text()
+        for text in ("Started a local Ray", "Cannot find metric", "deprecated thing", "Saving"):
+            assert text in log
+        # --verbose: on the console as well.
+        with LibraryLogs(verbose=True) as logs:
+            logs.open_file(tmp_path, "resume")
+            library.warning("shown live")
+        assert "shown live" in capfd.readouterr().err
+        assert "--- workbench resume" in (tmp_path / LOG_FILE).read_text()
+    finally:
+        library.handlers = []
