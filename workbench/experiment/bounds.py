@@ -9,6 +9,7 @@ is a number (RLlib has hundreds of settings; the rules cover those people tune).
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class Bound:
     high: float = math.inf
     open_low: bool = False
     none_ok: bool = False  # None is a valid setting (grad_clip: no clipping)
+    schedule_ok: bool = False  # a schedule [[timestep, value], ...] is valid (lr: decay)
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
@@ -42,6 +44,8 @@ class Bound:
         """Why ``value`` is not valid here, or None."""
         if value is None and self.none_ok:
             return None
+        if self.schedule_ok and isinstance(value, list | tuple):
+            return self.schedule_problem(value)
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return f"{value!r} is not {self.describe()}"
         number = float(value)
@@ -52,6 +56,27 @@ class Bound:
         below = number <= self.low if self.open_low else number < self.low
         if below or number > self.high:
             return f"{value!r} is out of range; valid: {self.describe()}"
+        return None
+
+    def schedule_problem(self, value: list[Any] | tuple[Any, ...]) -> str | None:
+        """Why ``value`` is not a schedule RLlib's Scheduler takes (linear between
+        [timestep, value] points from timestep 0 on, env steps sampled), or None. A
+        schedule may end at the bound itself (a learning rate decaying to 0)."""
+        shape = "a schedule [[0, value], [timestep, value], ...] (2 points or more)"
+        if len(value) < 2 or not all(
+            isinstance(point, list | tuple) and len(point) == 2 for point in value
+        ):
+            return f"{value!r} is neither {self.describe()} nor {shape}"
+        steps = [point[0] for point in value]
+        if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in steps):
+            return f"{value!r}: a schedule's timesteps must be integers; valid: {shape}"
+        if steps[0] != 0 or any(b < a for a, b in itertools.pairwise(steps)):
+            return f"{value!r}: a schedule starts at timestep 0 and never goes back"
+        closed = Bound(integer=self.integer, low=self.low, high=self.high, open_low=False)
+        for point in value:
+            why = closed.problem(point[1])
+            if why is not None:
+                return f"{value!r}: the value at timestep {point[0]}: {why}"
         return None
 
 
@@ -78,7 +103,7 @@ BOUNDS: dict[str, Bound] = {
     "circular_buffer_iterations_per_batch": _COUNT,
     "training_intensity": Bound(low=0, open_low=True, none_ok=True),
     # Optimisation.
-    "lr": _POSITIVE,
+    "lr": Bound(low=0, open_low=True, schedule_ok=True),  # RLlib's lr schedules
     "actor_lr": _POSITIVE,
     "critic_lr": _POSITIVE,
     "alpha_lr": _POSITIVE,
@@ -90,9 +115,9 @@ BOUNDS: dict[str, Bound] = {
     "lambda_": _FRACTION,
     "tau": _DISCOUNT,
     # Losses.
-    "clip_param": _POSITIVE,
+    "clip_param": Bound(low=0, open_low=True, schedule_ok=True),  # the lean learner's
     "vf_clip_param": _POSITIVE,
-    "entropy_coeff": _NON_NEGATIVE,
+    "entropy_coeff": Bound(low=0, schedule_ok=True),  # RLlib's entropy schedules
     "vf_loss_coeff": _NON_NEGATIVE,
     "kl_coeff": _NON_NEGATIVE,
     "kl_target": _POSITIVE,

@@ -20,6 +20,7 @@ from workbench.experiment import defaults as wb_defaults
 from workbench.experiment.algorithms import (
     ALGORITHMS,
     FAST_RUNNER_ALGORITHMS,
+    LEAN_LEARNER_ALGORITHMS,
     training_parameters,
     tune_key,
 )
@@ -470,6 +471,44 @@ def _check_replay(
     return names
 
 
+def lean_learner_applies(experiment: Experiment) -> bool:
+    """Whether trials update with workbench.trial.lean_learner (PPO with one local CPU
+    learner, unless the file asks for RLlib's)."""
+    res = experiment.resources
+    return (
+        experiment.learner != "rllib"
+        and experiment.algorithm in LEAN_LEARNER_ALGORITHMS
+        and (experiment.learner == "lean" or (res.num_learners == 0 and not res.gpus_per_learner))
+    )
+
+
+def _check_learner(experiment: Experiment, where: str, problems: list[Problem]) -> None:
+    """The learner field, and the schedules only the lean learner runs (clip_param)."""
+    if experiment.learner == "lean" and experiment.algorithm not in LEAN_LEARNER_ALGORITHMS:
+        problems.append(
+            Problem(
+                where,
+                "learner",
+                f"'lean' updates {', '.join(LEAN_LEARNER_ALGORITHMS)}, not "
+                f"{experiment.algorithm}; valid here: 'auto' or 'rllib'",
+            )
+        )
+    res = experiment.resources
+    lean_runs = lean_learner_applies(experiment) and res.num_learners == 0
+    if isinstance(experiment.training.get("clip_param"), list) and not (
+        lean_runs and not res.gpus_per_learner
+    ):
+        problems.append(
+            Problem(
+                where,
+                "training.clip_param",
+                "a clip_param schedule needs the lean learner (learner 'auto' or 'lean', "
+                "PPO, resources.num_learners 0 and no GPU); RLlib's own learner takes a "
+                "number",
+            )
+        )
+
+
 def _check_combinations(experiment: Experiment, where: str, problems: list[Problem]) -> None:
     """Rules that span sections."""
 
@@ -482,6 +521,7 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                 f"{experiment.algorithm}; valid here: 'auto' or 'rllib'",
             )
         )
+    _check_learner(experiment, where, problems)
     scheduler = experiment.scheduler
     population_based = isinstance(scheduler, PbtSection | Pb2Section)
     if population_based and experiment.search.type == "optuna":

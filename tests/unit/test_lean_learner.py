@@ -1,0 +1,267 @@
+"""The lean PPO learner (workbench.trial.lean_learner) against RLlib's own PPOTorchLearner:
+the same minibatches, losses, weights and metrics step for step, checkpoints that cross
+both ways, RLlib's path wherever the lean one does not apply, and the clip schedule.
+
+Built without a Ray cluster: learners from the config and episodes from a local
+SingleAgentEnvRunner on Gymnasium's CartPole (a second or two for the module)."""
+
+# RLlib shuffles with the global numpy stream: the tests seed and draw from it as RLlib does.
+# ruff: noqa: NPY002
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.algorithms.ppo import PPOConfig
+from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
+
+from workbench.trial.lean_learner import (
+    CLIP_SCHEDULE_KEY,
+    CURRENT_CLIP_PARAM_KEY,
+    LEAN_KEY,
+    LeanPPOTorchLearner,
+    minibatch_plan,
+)
+
+MODULE = "default_policy"
+BATCH, MINIBATCH, EPOCHS = 512, 128, 3
+
+
+def ppo_config(**learners: Any) -> Any:
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+        .rl_module(
+            model_config={
+                "fcnet_hiddens": [64, 64],
+                "fcnet_activation": "tanh",
+                "vf_share_layers": False,
+            }
+        )
+        .training(train_batch_size_per_learner=BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS)
+        .learners(**learners)
+        .debugging(seed=0)
+    )
+
+
+@pytest.fixture(scope="module")
+def episodes() -> list[Any]:
+    """Two train batches of CartPole episodes (the second continues the first's)."""
+    runner = SingleAgentEnvRunner(config=ppo_config())
+    try:
+        return [runner.sample(num_timesteps=BATCH), runner.sample(num_timesteps=BATCH)]
+    finally:
+        runner.stop()
+
+
+def learner(config: Any, like: Any = None) -> Any:
+    space = gym.make("CartPole-v1")
+    spaces = {
+        "__env__": (space.observation_space, space.action_space),
+        MODULE: (space.observation_space, space.action_space),
+    }
+    built = config.build_learner(env=None, spaces=spaces)
+    if like is not None:
+        built.set_state(like.get_state())
+    return built
+
+
+def update(target: Any, batch: list[Any], seed: int, steps: int = BATCH) -> dict[str, Any]:
+    """One iteration's update on a copy of the episodes (the connectors extend them in
+    place), with the global numpy stream RLlib shuffles with seeded."""
+    np.random.seed(seed)
+    results = target.update(
+        episodes=copy.deepcopy(batch),
+        timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: steps},
+        num_epochs=EPOCHS,
+        minibatch_size=MINIBATCH,
+        shuffle_batch_per_epoch=True,
+    )
+    return flat(results)
+
+
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value.peek() if hasattr(value, "peek") else value
+    return out
+
+
+def weights(target: Any) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in target.module[MODULE].state_dict().items()}
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+# Figures that are not functions of the data and weights: timers and throughputs.
+def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in metrics.items()
+        if "timer" not in k and "throughput" not in k and "connector" not in k
+    }
+
+
+def test_the_minibatch_plan_is_rllibs_cyclic_iterator() -> None:
+    # Batches shorter and longer than a minibatch, epochs ending mid-minibatch.
+    for case in itertools.product((1, 7, 10, 16), (1, 3, 4, 10, 25), (1, 2, 3), (True, False)):
+        assert lean_minibatches(*case) == rllib_minibatches(*case), case
+
+
+def rllib_minibatches(n: int, size: int, epochs: int, shuffle: bool) -> list[list[int]]:
+    rows = torch.arange(n)
+    batch = MultiAgentBatch({MODULE: SampleBatch({"x": rows})}, env_steps=n)
+    np.random.seed(5)
+    rllib = [
+        mb.policy_batches[MODULE]["x"].tolist()
+        for mb in MiniBatchCyclicIterator(
+            batch, num_epochs=epochs, minibatch_size=size, shuffle_batch_per_epoch=shuffle
+        )
+    ]
+    return rllib
+
+
+def lean_minibatches(n: int, size: int, epochs: int, shuffle: bool) -> list[list[int]]:
+    np.random.seed(5)
+    order, lean = torch.arange(n), []
+    for pieces in minibatch_plan(n, size, epochs, shuffle):
+        parts = []
+        for piece in pieces:
+            if piece is None:
+                order = order[torch.from_numpy(np.random.permutation(n))]
+            else:
+                parts.append(order[piece[0] : piece[1]])
+        lean.append(torch.cat(parts).tolist())
+    return lean
+
+
+def test_the_lean_update_is_rllibs_update_step_for_step(episodes: list[Any]) -> None:
+    # torch's default Adam in both: the same operations, so the same bits.
+    rllib = learner(ppo_config())
+    lean_class = type("ForLoopAdamLean", (LeanPPOTorchLearner,), {"adam_implementation": None})
+    lean = learner(ppo_config(learner_class=lean_class), like=rllib)
+    assert max_difference(weights(rllib), weights(lean)) == 0.0
+    for step, batch in enumerate(episodes):  # two iterations: the KL coeff and Adam's state move
+        ours = update(lean, batch, seed=step, steps=BATCH * (step + 1))
+        theirs = update(rllib, batch, seed=step, steps=BATCH * (step + 1))
+        assert max_difference(weights(rllib), weights(lean)) == 0.0, step
+        ours, theirs = comparable(ours), comparable(theirs)
+        assert ours.keys() == theirs.keys()
+        for key in theirs:
+            expected = pytest.approx(theirs[key], rel=1e-6, abs=1e-7, nan_ok=True)
+            assert ours[key] == expected, (step, key)
+    assert theirs[f"{MODULE}/total_loss"] != 0.0
+    assert theirs["__all_modules__/num_module_steps_trained"] >= BATCH * EPOCHS
+
+
+def test_fused_adam_stays_within_float_tolerance(episodes: list[Any]) -> None:
+    rllib = learner(ppo_config())
+    lean = learner(ppo_config(learner_class=LeanPPOTorchLearner), like=rllib)
+    before = weights(rllib)
+    for step, batch in enumerate(episodes):
+        ours = update(lean, batch, seed=step)
+        theirs = update(rllib, batch, seed=step)
+        assert ours[f"{MODULE}/total_loss"] == pytest.approx(
+            theirs[f"{MODULE}/total_loss"], rel=1e-4
+        )
+    moved = max_difference(before, weights(rllib))
+    assert moved > 1e-3  # the updates did something
+    assert max_difference(weights(rllib), weights(lean)) < 1e-5
+    group = lean.get_optimizer(MODULE).param_groups[0]
+    assert group["fused"] is True
+
+
+def test_checkpoints_cross_between_the_lean_learner_and_rllibs(episodes: list[Any]) -> None:
+    lean = learner(ppo_config(learner_class=LeanPPOTorchLearner))
+    update(lean, episodes[0], seed=0)
+    state = lean.get_state()
+    saved_groups = state["optimizer"][f"{MODULE}_default_optimizer"]["state"]["param_groups"]
+    assert all(g["fused"] is None and g["foreach"] is None for g in saved_groups)
+    # RLlib's learner restores it and trains on as a lean learner restored from it does
+    # (a restore, either way, starts from what the state holds: weights and Adam's
+    # moments, not the adapted KL coefficient, which RLlib's learner state leaves out).
+    rllib = learner(ppo_config(), like=lean)
+    restored = learner(ppo_config(learner_class=LeanPPOTorchLearner), like=lean)
+    assert isinstance(rllib, PPOTorchLearner) and not isinstance(rllib, LeanPPOTorchLearner)
+    assert rllib.get_optimizer(MODULE).param_groups[0]["fused"] is None
+    assert rllib.get_optimizer(MODULE).state  # Adam's moments came with it
+    update(rllib, episodes[1], seed=1)
+    update(restored, episodes[1], seed=1)
+    assert max_difference(weights(rllib), weights(restored)) < 1e-5
+    # ... and the other way: the lean learner restores RLlib's, with its fused Adam.
+    again = learner(ppo_config(learner_class=LeanPPOTorchLearner), like=rllib)
+    assert again.get_optimizer(MODULE).param_groups[0]["fused"] is True
+    assert max_difference(weights(again), weights(rllib)) == 0.0
+
+
+class _CustomLoss(LeanPPOTorchLearner):
+    calls = 0
+
+    def compute_loss_for_module(self, **kwargs: Any) -> Any:
+        type(self).calls += 1
+        return super().compute_loss_for_module(**kwargs)
+
+
+def test_a_subclass_with_its_own_loss_gets_rllibs_update(episodes: list[Any]) -> None:
+    custom = learner(ppo_config(learner_class=_CustomLoss))
+    update(custom, episodes[0], seed=0)
+    assert _CustomLoss.calls >= BATCH * EPOCHS // MINIBATCH  # once per minibatch
+
+
+def test_the_lean_path_switches_off_from_the_config(episodes: list[Any]) -> None:
+    off = learner(
+        ppo_config(learner_class=LeanPPOTorchLearner, learner_config_dict={LEAN_KEY: False})
+    )
+    reason = off.lean_unfit(
+        type("Data", (), {"episodes": episodes[0], "episodes_refs": None})(),
+        {"minibatch_size": MINIBATCH},
+    )
+    assert reason is not None and "switched off" in reason
+    calls: list[int] = []
+    original = PPOTorchLearner.compute_loss_for_module
+
+    def counted(self: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(self, **kwargs)
+
+    PPOTorchLearner.compute_loss_for_module = counted  # type: ignore[method-assign]
+    try:
+        update(off, episodes[0], seed=0)
+    finally:
+        PPOTorchLearner.compute_loss_for_module = original  # type: ignore[method-assign]
+    assert calls  # RLlib's loss ran
+
+
+def test_clip_param_follows_its_schedule(episodes: list[Any]) -> None:
+    schedule = [[0, 0.3], [1000, 0.1]]
+    lean = learner(
+        ppo_config(
+            learner_class=LeanPPOTorchLearner, learner_config_dict={CLIP_SCHEDULE_KEY: schedule}
+        )
+    )
+    config = lean.config.get_config_for_module(MODULE)
+    assert lean.clip_param_for(MODULE, config) == pytest.approx(0.3)
+    metrics = update(lean, episodes[0], seed=0, steps=500)
+    assert lean.clip_param_for(MODULE, config) == pytest.approx(0.2)
+    assert metrics[f"{MODULE}/{CURRENT_CLIP_PARAM_KEY}"] == pytest.approx(0.2)
+    update(lean, episodes[1], seed=1, steps=5000)
+    assert lean.clip_param_for(MODULE, config) == pytest.approx(0.1)
+    # Without a schedule the loss reads the config's clip_param, as RLlib's does.
+    plain = learner(ppo_config(learner_class=LeanPPOTorchLearner))
+    assert plain.clip_param_for(MODULE, config) == pytest.approx(config.clip_param)
