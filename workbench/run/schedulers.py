@@ -21,11 +21,11 @@ from ray.tune.schedulers import (
 )
 from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import SCORE_METRIC
+from workbench.run.optuna_study import StudySearch
 from workbench.run.replay import replay_scheduler
 from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
 
@@ -390,7 +390,10 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
     exp = resolved.experiment
     seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
-        searcher: Searcher = OptunaSearch(metric=SCORE_METRIC, mode="max", seed=seed)
+        # Its study in the results folder (optuna.db), which Optuna's tools open.
+        searcher: Searcher = StudySearch(
+            resolved.results_dir, exp.name, metric=SCORE_METRIC, mode="max", seed=seed
+        )
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)
         return searcher

@@ -1,0 +1,93 @@
+"""The Optuna study of a population Optuna drives, in an sqlite file of its results folder.
+
+Ray's ``OptunaSearch`` keeps its study in memory unless handed a storage, and when handed
+one it pickles the storage with the searcher's state: the study's absolute database URL.
+A population resumed where it lies now (a copied or moved results folder, which the
+workbench resumes where it lies) would then write its study into the database of the
+folder it came from, or fail when that is gone. `StudySearch` saves what the database
+does not hold (the sampler, Tune's trial ids against Optuna's) and, on restore,
+reconnects to the study in the results folder where it lies now.
+
+The study is ``optuna.db`` in the results folder, named as the population: Optuna's
+tools open it while the run goes on and after it::
+
+    optuna-dashboard sqlite:///results/<population>/optuna.db
+    optuna.load_study(study_name="<population>", storage="sqlite:///.../optuna.db")
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray.tune.search.optuna import OptunaSearch
+
+STUDY_FILE = "optuna.db"
+
+
+def study_url(results_dir: Path) -> str:
+    """The study's storage URL: the sqlite file in the results folder, where it lies now."""
+    return f"sqlite:///{(results_dir / STUDY_FILE).resolve()}"
+
+
+class StudySearch(OptunaSearch):  # type: ignore[misc]
+    """``OptunaSearch`` with its study in ``<results folder>/optuna.db``, under the
+    population's name, which a resume reopens where the folder lies now (in memory when
+    the folder does not exist)."""
+
+    def __init__(
+        self,
+        results_dir: Path,
+        study_name: str,
+        *,
+        metric: str,
+        mode: str,
+        seed: int | None,
+    ) -> None:
+        # A folder not there yet (`workbench run --dry-run` draws the trials before any
+        # is made) keeps the study in memory: the searcher writes no folder of its own.
+        storage = (
+            optuna.storages.RDBStorage(study_url(results_dir)) if results_dir.is_dir() else None
+        )
+        super().__init__(
+            metric=metric, mode=mode, seed=seed, study_name=study_name, storage=storage
+        )
+
+    def save(self, checkpoint_path: str) -> None:
+        """What the study's database does not hold: no storage and no study (their URL
+        is absolute), Optuna's trial ids instead of its trial objects."""
+        if self._storage is None:  # a study in memory (restored from before): Ray's way
+            super().save(checkpoint_path)
+            return
+        state = {
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_storage", "_ot_study", "_ot_trials")
+        }
+        state["_ot_trial_ids"] = {tid: t._trial_id for tid, t in self._ot_trials.items()}
+        if self._ot_study is not None:
+            state["_study_sampler"] = self._ot_study.sampler  # TPE's RNG goes on
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(state, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        """The saved state, and the study reopened in this searcher's storage (the results
+        folder where it lies now)."""
+        with open(checkpoint_path, "rb") as f:
+            state: dict[str, Any] = pickle.load(f)
+        if "_ot_trial_ids" not in state:
+            # Ray's own format: a population from before, its study in memory; it stays so.
+            super().restore(checkpoint_path)
+            return
+        ids = state.pop("_ot_trial_ids")
+        sampler = state.pop("_study_sampler", self._sampler)
+        storage = self._storage
+        self.__dict__.update(state)
+        self._storage = storage
+        assert storage is not None
+        study = optuna.load_study(study_name=self._study_name, storage=storage, sampler=sampler)
+        # Ray infers the attribute None from its __init__.
+        self._ot_study = study  # type: ignore[assignment]
+        self._ot_trials = {tid: optuna.Trial(study, i) for tid, i in ids.items()}
