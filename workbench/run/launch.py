@@ -23,7 +23,15 @@ from ray.tune.utils import flatten_dict
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Interrupted, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
-from workbench.names import ARTIFACTS_DIR, PARENT, RESOLVED_FILE, STORE_FILE, trial_name
+from workbench.names import (
+    ARTIFACTS_DIR,
+    EVAL_RETURN_METRIC,
+    PARENT,
+    RESOLVED_FILE,
+    SCORE_METRIC,
+    STORE_FILE,
+    trial_name,
+)
 from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import (
     check_env,
@@ -165,7 +173,10 @@ def _session(
         interval_s=progress_interval_s,
         title=f"{exp.name} ({exp.algorithm}, {exp.scheduler.type.upper()})",
         goal=StopGoal(
-            rules=dict(stopper.rules),
+            # The bar follows the score toward a return target its evaluation confirms.
+            rules={
+                SCORE_METRIC if k == EVAL_RETURN_METRIC else k: v for k, v in stopper.rules.items()
+            },
             wall_time_s=exp.stop.wall_time_s,
             population=exp.population,
             all_at_return=stopper.all_at_return,
@@ -318,6 +329,11 @@ def _finish(
     budget_spent = budget is not None and elapsed_s >= 0.99 * budget
     stopper = session.run_config.stop
     by_rule = stopper.stop_all()
+    # What met the return target (the trial's score and the evaluation that confirmed
+    # it); that trial, which solved the task, is the one to name and evaluate.
+    summary.confirmation = stopper.reached
+    if stopper.reached_by in session.table.records:
+        summary.best = session.table.records[stopper.reached_by]
     summary.interrupted = not (budget_spent or by_rule) and any(
         t.status not in ("TERMINATED", "ERROR") for t in summary.trials
     )

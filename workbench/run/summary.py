@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from workbench.experiment.resolve import ResolvedExperiment
+from workbench.names import (
+    EVAL_EPISODES_METRIC,
+    EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
+    SCORE_EPISODES_METRIC,
+    SCORE_METRIC,
+)
 from workbench.run.progress import (
     RETURN_KEYS,
     ProgressTable,
@@ -35,6 +42,9 @@ class RunSummary:
     # The best trial's last checkpoint rolled out (evaluation.at_end), or why it was not.
     evaluation: Any = None  # workbench.evaluate.Evaluation
     evaluation_note: str | None = None
+    # What the stop on the return target saw: the trial's score and its confirming
+    # evaluation (workbench.run.stopping.RulesStopper.reached); empty when none was met.
+    confirmation: dict[str, float] = field(default_factory=dict)
     # The driver's time from Tune's start to its end, and why the run stopped.
     wall_time_s: float | None = None
     stop_reason: str | None = None
@@ -75,6 +85,8 @@ class RunSummary:
             )
         if self.evaluation_note:
             out.append(self.evaluation_note)
+        if self.confirmation:
+            out.append(confirmation_line(self.confirmation, self.best.name if self.best else None))
         out.append(f"Results: {self.results_dir}")
         if self.interrupted:
             unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)
@@ -105,6 +117,24 @@ def _store_argument(uri: str) -> str:
             return ""
         return f" --store {shown}"
     return f" --store {uri}"
+
+
+def confirmation_line(reached: dict[str, float], trial: str | None) -> str:
+    """The stop on the return target as one line: the score that asked for it and the
+    evaluation that confirmed it, as mean ± std over n episodes."""
+    who = trial or "the trial"
+    iteration = reached.get("training_iteration")
+    at = f" at iteration {int(iteration)}" if iteration is not None else ""
+    score = reached.get(SCORE_METRIC)
+    line = f"Return target reached by {who}{at}"
+    if score is not None:
+        line += f": score {score:.1f} over {int(reached.get(SCORE_EPISODES_METRIC, 0))} episodes"
+    mean = reached.get(EVAL_RETURN_METRIC)
+    if mean is not None:
+        std = reached.get(EVAL_STD_METRIC, math.nan)
+        n = int(reached.get(EVAL_EPISODES_METRIC, 0))
+        line += f", confirmed by its evaluation: {mean:.1f} ± {std:.1f} over {n} episodes"
+    return line
 
 
 def _short(value: Any) -> str:

@@ -36,7 +36,7 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,7 @@ class ScoreWindow:
 
 
 def episode_returns(
-    samples: Sequence[Any], earlier_chunks: dict[Any, Sequence[Any]]
+    samples: Sequence[Any], earlier_chunks: Mapping[Any, Sequence[Any]]
 ) -> list[float]:
     """The whole returns of the episodes that ended in one ``sample()`` call: each done
     episode's last chunk and the chunks of it an earlier call returned (what RLlib's
