@@ -234,6 +234,7 @@ CONFIG_KEYS = [
     "maze_seed",
     "obs_mode",
     "g",
+    "goal_velocity",
 ]
 
 

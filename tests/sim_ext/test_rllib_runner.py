@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
@@ -73,4 +74,29 @@ def test_views_without_copy_would_corrupt_rllib_episodes() -> None:
     episodes = runner.sample(num_episodes=4, random_actions=True)
     errors = [_kinematics_error(e.get_observations()) for e in episodes if len(e) > 2]
     assert errors and max(errors) > 1e-3
+    runner.stop()
+
+
+@pytest.mark.parametrize("mode", ["sync", "vector_entry_point"])
+def test_workbench_envs_are_truncated_once_at_the_spec_limit_in_either_mode(mode: str) -> None:
+    # The workbench's env creator (registered with Tune) under RLlib's runner: in "sync" mode
+    # each env is gym.make's (TimeLimit from the spec), in "vector_entry_point" mode the C++
+    # engine gets the spec's limit. Random pushes never get the car up the hill, so every
+    # episode must be cut at exactly MountainCar-v0's 200 steps, and be truncated, once.
+    from workbench.trial.config import register_env
+
+    config = (
+        PPOConfig()
+        .environment(register_env("sim_ext/MountainCar-v0"))
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=2, gym_env_vectorize_mode=mode)
+        .debugging(seed=0)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    vector = isinstance(runner.env.unwrapped, sim_ext.SimVectorEnv)
+    assert vector == (mode == "vector_entry_point")
+    episodes = [e for e in runner.sample(num_episodes=4, random_actions=True) if e.is_done]
+    assert len(episodes) >= 4
+    for episode in episodes:
+        assert episode.is_truncated and not episode.is_terminated
+        assert len(episode) == 200
     runner.stop()
