@@ -76,3 +76,37 @@ GAMMA = {
     "d": _history((1, 20, 0.99), (21, 30, 0.95)),
 }
 HISTORIES = {t: {"lr": LR[t], "gamma": GAMMA[t]} for t in "abcd"}
+
+
+def exploit_spacing_problems(records: list[LineageRecord], interval: int) -> list[str]:
+    """What breaks "at most one exploit per interval per trial" in a lineage, one line
+    each: per target, in the order of the exploits (``seq``),
+    - the donor's checkpoint is at most one interval older than the iteration the
+      exploit was decided at;
+    - the target trained a full interval from its last restart before this exploit;
+    - its restarts move forward by at least an interval (never rolled back to the same
+      checkpoint, or earlier, again).
+    """
+    problems: list[str] = []
+    previous: dict[str, LineageRecord] = {}
+    for record in sorted(records, key=lambda r: r.seq):
+        where = f"exploit {record.seq} of {record.target} (from {record.source})"
+        if record.stopped_at - record.restored_from > interval:
+            problems.append(
+                f"{where}: decided at {record.stopped_at} on a checkpoint of "
+                f"{record.restored_from}, more than {interval} old"
+            )
+        before = previous.get(record.target)
+        if before is not None:
+            if record.stopped_at - before.restored_from < interval:
+                problems.append(
+                    f"{where}: at {record.stopped_at}, less than {interval} after its "
+                    f"restart at {before.restored_from}"
+                )
+            if record.restored_from < before.restored_from + interval:
+                problems.append(
+                    f"{where}: restarted at {record.restored_from} after restarting at "
+                    f"{before.restored_from}"
+                )
+        previous[record.target] = record
+    return problems
