@@ -54,6 +54,7 @@ def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(
             )
             assert learners["probe_first_clip_param"] == pytest.approx(config["clip_param"])
             assert learners["probe_first_entropy_coeff"] == pytest.approx(config["entropy_coeff"])
+            assert learners["probe_lean_steps"] > 0  # the lean learner's loop made the updates
             for key, (low, high) in bounds.items():
                 assert low <= config[key] <= high, (key, config[key])
     # Checkpoints are pruned to `keep` per trial, except those still needed.

@@ -12,9 +12,10 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.experiment.defaults import Defaults
-from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.resolve import ResolvedExperiment, lean_learner_applies
 from workbench.trial.callbacks import callbacks_class
 from workbench.trial.fast_runner import FastEnvRunner
+from workbench.trial.lean_learner import CLIP_SCHEDULE_KEY, LeanPPOTorchLearner
 
 # Adjusts the RLlib config beyond what experiment files say (from Python).
 Configure = Callable[[AlgorithmConfig], AlgorithmConfig]
@@ -58,10 +59,14 @@ def vectorize_mode(resolved: ResolvedExperiment) -> str:
 def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
     """The RLlib config of every trial of this experiment (before Tune samples it)."""
     exp = resolved.experiment
+    training = dict(exp.training)
+    clip_schedule = training.get("clip_param")
+    if isinstance(clip_schedule, list):  # the lean learner's (resolve refuses it elsewhere)
+        training["clip_param"] = float(clip_schedule[0][1])
     config = (
         config_class(exp.algorithm)()
         .environment(env=register_env(exp.env.id), env_config=dict(exp.env.config))
-        .training(**exp.training)
+        .training(**training)
         .reporting(**exp.reporting.model_dump(exclude_none=True))
         .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
         .debugging(seed=exp.seed)
@@ -72,6 +77,10 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
         exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
     ):
         config.env_runners(env_runner_cls=FastEnvRunner)
+    if lean_learner_applies(exp):
+        config.learners(learner_class=LeanPPOTorchLearner)
+        if isinstance(clip_schedule, list):
+            config.learners(learner_config_dict={CLIP_SCHEDULE_KEY: clip_schedule})
     return config
 
 

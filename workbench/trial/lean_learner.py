@@ -46,12 +46,15 @@ from ray.rllib.algorithms.ppo.ppo import (
     LEARNER_RESULTS_VF_EXPLAINED_VAR_KEY,
     LEARNER_RESULTS_VF_LOSS_UNCLIPPED_KEY,
 )
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from ray.rllib.core import ALL_MODULES
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
 from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY, VF_LOSS_KEY
 from ray.rllib.core.learner.training_data import TrainingData
 from ray.rllib.core.rl_module.apis import SelfSupervisedLossAPI
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.evaluation.postprocessing import Postprocessing
 from ray.rllib.utils.lambda_defaultdict import LambdaDefaultDict
 from ray.rllib.utils.metrics import (
@@ -84,6 +87,19 @@ _BYPASSED_HOOKS = (
     "_uncompiled_update",
 )
 _NOTICED: set[str] = set()
+# The columns RLlib's default PPO module and PPO's loss read from a train batch.
+_PPO_COLUMNS = frozenset(
+    {
+        Columns.OBS,
+        Columns.ACTIONS,
+        Columns.ACTION_LOGP,
+        Columns.ACTION_DIST_INPUTS,
+        Columns.LOSS_MASK,
+        Postprocessing.ADVANTAGES,
+        Postprocessing.VALUE_TARGETS,
+        WEIGHTS_SEQ_NO,
+    }
+)
 
 
 def _notice(message: str) -> None:
@@ -131,6 +147,26 @@ def minibatch_plan(
         start = end
         plan.append(pieces)
     return plan
+
+
+def _categorical_terms(
+    logits: torch.Tensor, prev_logits: torch.Tensor, actions: torch.Tensor, *, kl: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """log p(actions), the entropy and KL(prev || current) of RLlib's TorchCategorical,
+    computed with the operations torch's Categorical and its registered KL perform (the
+    same values, bit for bit) without building two distribution objects per minibatch."""
+    norm = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = torch.softmax(norm, dim=-1)
+    logp = norm.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    entropy = -(torch.clamp(norm, min=torch.finfo(norm.dtype).min) * probs).sum(-1)
+    if not kl:
+        return logp, entropy, None
+    prev_norm = prev_logits - prev_logits.logsumexp(dim=-1, keepdim=True)
+    prev_probs = torch.softmax(prev_norm, dim=-1)
+    t = prev_probs * (prev_norm - norm)
+    t = torch.where(probs == 0, torch.inf, t)
+    t = torch.where(prev_probs == 0, 0.0, t)
+    return logp, entropy, t.sum(-1)
 
 
 class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
@@ -327,6 +363,17 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
         config = self.config.get_config_for_module(module_id)
         optimizers = [optim for _, optim in self.get_optimizers_for_module(module_id)]
         params = [p for p in self.get_parameters(module) if p.requires_grad]
+        self._lean_grad_clip = config.grad_clip
+        # TorchRLModule.forward_train puts the module in training mode at every call (a
+        # walk over all its submodules); once per update does the same.
+        forward = module.forward_train
+        if type(module).forward_train is TorchRLModule.forward_train and not module.inference_only:
+            module.train()
+            forward = module._forward_train
+        if type(module.unwrapped()) is DefaultPPOTorchRLModule:
+            # What RLlib's PPO module and loss read: the other columns (rewards, flags)
+            # served the connectors and need no slicing.
+            columns = {k: v for k, v in columns.items() if k in _PPO_COLUMNS}
         last = len(plan) - 1
         stats: dict[str, torch.Tensor] = {}
         loss = torch.zeros(())
@@ -347,7 +394,7 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
                     if len(parts) == 1
                     else {k: torch.cat([part[k] for part in parts]) for k in columns}
                 )
-            fwd_out = module.forward_train(minibatch)
+            fwd_out = forward(minibatch)
             loss, step_stats = self.lean_loss(
                 module_id=module_id,
                 config=config,
@@ -414,18 +461,31 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
         else:
             masked_mean = torch.mean
 
-        curr_dist = module.get_train_action_dist_cls().from_logits(
-            fwd_out[Columns.ACTION_DIST_INPUTS]
-        )
-        logp_ratio = torch.exp(curr_dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP])
-        if config.use_kl_loss:
-            prev_dist = module.get_exploration_action_dist_cls().from_logits(
-                batch[Columns.ACTION_DIST_INPUTS]
+        train_cls = module.get_train_action_dist_cls()
+        if train_cls is TorchCategorical and module.get_exploration_action_dist_cls() is train_cls:
+            logp, curr_entropy, kl = _categorical_terms(
+                fwd_out[Columns.ACTION_DIST_INPUTS],
+                batch[Columns.ACTION_DIST_INPUTS],
+                batch[Columns.ACTIONS],
+                kl=config.use_kl_loss,
             )
-            mean_kl_loss = masked_mean(prev_dist.kl(curr_dist))
+            logp_ratio = torch.exp(logp - batch[Columns.ACTION_LOGP])
+        else:
+            curr_dist = train_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+            logp_ratio = torch.exp(
+                curr_dist.logp(batch[Columns.ACTIONS]) - batch[Columns.ACTION_LOGP]
+            )
+            curr_entropy = curr_dist.entropy()
+            kl = None
+            if config.use_kl_loss:
+                prev_dist = module.get_exploration_action_dist_cls().from_logits(
+                    batch[Columns.ACTION_DIST_INPUTS]
+                )
+                kl = prev_dist.kl(curr_dist)
+        if kl is not None:
+            mean_kl_loss = masked_mean(kl)
         else:
             mean_kl_loss = torch.tensor(0.0, device=logp_ratio.device)
-        curr_entropy = curr_dist.entropy()
 
         clip = self.clip_param_for(module_id, config)
         advantages = batch[Postprocessing.ADVANTAGES]
@@ -470,6 +530,8 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
                 )
         return total_loss, stats
 
+    _lean_grad_clip: float | None = None
+
     def lean_step(
         self,
         module_id: Any,
@@ -486,7 +548,7 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
             return
         loss.backward()
         grads = {p: p.grad for p in params if p.grad is not None}
-        if self.config.get_config_for_module(module_id).grad_clip is not None:
+        if self._lean_grad_clip is not None:
             grads = self.postprocess_gradients(grads)
             for p, g in grads.items():
                 p.grad = g

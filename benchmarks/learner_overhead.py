@@ -1,0 +1,579 @@
+"""RLlib's learner against plain torch: the cost of one minibatch update and of one train().
+
+The population is learner-bound (`workbench diagnose`), and on small networks the learner's
+time is mostly not the network's. This measures, on one core with one torch thread:
+
+* **per minibatch update** (PPO): ``Learner.update`` on one fixed train batch of 2,048 env
+  steps run for 1 and for 3 epochs; the difference over the difference in minibatches is
+  the cost of one minibatch update, the rest the fixed cost of an ``update()`` call (the
+  learner connectors with GAE, metrics reduction). Arms: RLlib's ``PPOTorchLearner``, the
+  workbench's ``LeanPPOTorchLearner`` (workbench/trial/lean_learner.py), and the anchor:
+  the same networks, PPO loss (RLlib's operations: clipped surrogate, clipped value loss,
+  entropy, KL) and Adam in plain eager torch on preassembled tensors (``torch`` with
+  torch's default Adam as RLlib builds it, ``torch_fused`` with the fused Adam the lean
+  learner uses). Minibatch sizes 64-2048; the small-env networks (64x64 tanh policy and
+  value, workbench/experiment/defaults.py) and RLlib's default ones (256x256 ReLU).
+* **per minibatch update** (DQN, ``--dqn``): one ``Learner.update`` per minibatch, as DQN's
+  training step calls it (every update pays the fixed cost), on a replay-buffer sample,
+  against double-Q Huber loss and Adam in plain torch (dueling off in both).
+* **one train()** (PPO, batch 256, one minibatch of 256, 20 epochs, 8 envs, the fast env
+  runner in the trial's process): its wall time, RLlib's own timers (sampling, learner
+  update, weight sync), and its fixed cost: wall time less sampling less 20 plain-torch
+  updates of 256.
+* **where the time goes**: cProfile of RLlib's ``update()`` at minibatch 256 and of one
+  ``train()`` at batch 256, the cumulative time of the functions that make up the
+  overhead (nested: a row's time includes the rows it calls; profiling inflates Python).
+
+Every figure: ``--rounds`` interleaved rounds (each arm once per round), median [min-max].
+
+    .venv/bin/python benchmarks/learner_overhead.py [--rounds 5] [--dqn] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import cProfile
+import json
+import os
+import platform
+import pstats
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/learner_overhead.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import command_line, cpu_model, interleaved, pin_to_one_cpu, spread
+
+ENV = "sim_ext/CartPole-v1"
+ENVS = 8
+BATCH = 2048
+MINIBATCHES = (64, 128, 256, 512, 1024, 2048)
+NETWORKS: dict[str, dict[str, Any]] = {
+    "small_env": {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False},
+    "rllib_default": {
+        "fcnet_hiddens": [256, 256],
+        "fcnet_activation": "relu",
+        "vf_share_layers": False,
+    },
+}
+EPOCHS = (1, 3)  # update() runs of 1 and 3 epochs: per-minibatch cost and fixed cost
+TRAIN_BATCH, TRAIN_EPOCHS = 256, 20
+PPO_ARMS = ("rllib", "lean", "torch", "torch_fused")
+
+
+# --- plain torch -------------------------------------------------------------------------
+
+
+def mlp(sizes: list[int], activation: str, out: int) -> Any:
+    import torch
+
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[activation]
+    layers: list[Any] = []
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        layers += [torch.nn.Linear(a, b), act()]
+    layers.append(torch.nn.Linear(sizes[-1], out))
+    return torch.nn.Sequential(*layers)
+
+
+class PlainPPO:
+    """The networks, loss and optimizer of RLlib's PPO on CartPole in plain torch: one
+    minibatch update per call of ``step`` on preassembled tensors."""
+
+    def __init__(self, network: dict[str, Any], size: int, fused: bool) -> None:
+        import torch
+
+        hidden = list(network["fcnet_hiddens"])
+        act = network["fcnet_activation"]
+        self.pi = mlp([4, *hidden], act, 2)
+        self.vf = mlp([4, *hidden], act, 1)
+        params = [*self.pi.parameters(), *self.vf.parameters()]
+        self.params = params
+        self.opt = torch.optim.Adam(params, lr=5e-5, **({"fused": True} if fused else {}))
+        g = torch.Generator().manual_seed(0)
+        self.obs = torch.randn(size, 4, generator=g)
+        self.actions = torch.randint(0, 2, (size,), generator=g)
+        self.old_logits = torch.randn(size, 2, generator=g)
+        self.old_logp = torch.log_softmax(self.old_logits, -1).gather(-1, self.actions[:, None])[
+            :, 0
+        ]
+        self.adv = torch.randn(size, generator=g)
+        self.targets = torch.randn(size, generator=g)
+        self.mask = torch.ones(size, dtype=torch.bool)
+        self.kl_coeff = torch.tensor(0.2)
+
+    def step(self) -> None:
+        import torch
+
+        mask = self.mask
+        n = torch.sum(mask)
+        logits = self.pi(self.obs)
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, self.actions[:, None])[:, 0]
+        ratio = torch.exp(logp - self.old_logp)
+        old_logp_all = torch.log_softmax(self.old_logits, -1)
+        kl = torch.sum(old_logp_all.exp() * (old_logp_all - logp_all), -1)
+        mean_kl = torch.sum(kl[mask]) / n
+        entropy = -torch.sum(logp_all.exp() * logp_all, -1)
+        surrogate = torch.min(self.adv * ratio, self.adv * torch.clamp(ratio, 0.7, 1.3))
+        values = self.vf(self.obs).squeeze(-1)
+        vf_loss = torch.clamp(torch.pow(values - self.targets, 2.0), 0, 10.0)
+        total = torch.sum((-surrogate + 1.0 * vf_loss - 0.0 * entropy)[mask]) / n
+        total = total + self.kl_coeff * mean_kl
+        self.opt.zero_grad(set_to_none=True)
+        total.backward()
+        self.opt.step()
+
+
+class PlainDQN:
+    """Double-Q DQN with a Huber loss and Adam in plain torch (RLlib's DQN loss, dueling
+    off), on preassembled tensors."""
+
+    def __init__(self, network: dict[str, Any], size: int) -> None:
+        import torch
+
+        hidden = list(network["fcnet_hiddens"])
+        act = network["fcnet_activation"]
+        self.q = mlp([4, *hidden], act, 2)
+        self.target = mlp([4, *hidden], act, 2)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=5e-4)
+        g = torch.Generator().manual_seed(0)
+        self.obs = torch.randn(size, 4, generator=g)
+        self.next_obs = torch.randn(size, 4, generator=g)
+        self.actions = torch.randint(0, 2, (size,), generator=g)
+        self.rewards = torch.ones(size)
+        self.done = torch.zeros(size)
+
+    def step(self) -> None:
+        import torch
+
+        q = self.q(self.obs).gather(-1, self.actions[:, None])[:, 0]
+        with torch.no_grad():
+            best = self.q(self.next_obs).argmax(-1)
+            q_next = self.target(self.next_obs).gather(-1, best[:, None])[:, 0]
+            target = self.rewards + 0.99 * (1.0 - self.done) * q_next
+        loss = torch.nn.functional.huber_loss(q, target)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+
+
+def plain_seconds(model: Any, steps: int) -> float:
+    model.step()  # warm
+    start = time.perf_counter()
+    for _ in range(steps):
+        model.step()
+    return (time.perf_counter() - start) / steps
+
+
+# --- RLlib --------------------------------------------------------------------------------
+
+
+def ppo_config(network: dict[str, Any], *, lean: bool, batch: int, minibatch: int) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from workbench.trial.config import register_env
+    from workbench.trial.fast_runner import FastEnvRunner
+    from workbench.trial.lean_learner import LeanPPOTorchLearner
+
+    config = (
+        PPOConfig()
+        .environment(env=register_env(ENV))
+        .env_runners(
+            num_env_runners=0,
+            num_envs_per_env_runner=ENVS,
+            gym_env_vectorize_mode="vector_entry_point",
+            env_runner_cls=FastEnvRunner,
+        )
+        .rl_module(model_config=dict(network))
+        .training(
+            train_batch_size_per_learner=batch, minibatch_size=minibatch, num_epochs=TRAIN_EPOCHS
+        )
+        .debugging(seed=0)
+    )
+    if lean:
+        config.learners(learner_class=LeanPPOTorchLearner)
+    return config
+
+
+def build(config: Any) -> Any:
+    import torch
+
+    algo = config.build_algo()
+    torch.set_num_threads(1)
+    return algo
+
+
+def timed_update(learner: Any, episodes: list[Any], epochs: int, minibatch: int) -> float:
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    data = copy.deepcopy(episodes)  # the connectors extend episodes in place
+    start = time.perf_counter()
+    learner.update(
+        episodes=data,
+        timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: BATCH},
+        num_epochs=epochs,
+        minibatch_size=minibatch,
+        shuffle_batch_per_epoch=True,
+    )
+    return time.perf_counter() - start
+
+
+def minibatch_count(rows: int, minibatch: int, epochs: int) -> int:
+    from workbench.trial.lean_learner import minibatch_plan
+
+    return len(minibatch_plan(rows, minibatch, epochs, True))
+
+
+def ppo_updates(rounds: int, out: dict[str, Any]) -> None:
+    print("\nPPO: one minibatch update, and the fixed cost of one update() call (ms)")
+    print(
+        f"{'network':<14} {'minibatch':>9} {'arm':<12} {'per update':>22} "
+        f"{'vs torch':>9} {'vs fused':>9} {'fixed':>20}"
+    )
+    for net_name, network in NETWORKS.items():
+        algos = {
+            arm: build(ppo_config(network, lean=arm == "lean", batch=BATCH, minibatch=128))
+            for arm in ("rllib", "lean")
+        }
+        try:
+            episodes = algos["rllib"].env_runner.sample(num_timesteps=BATCH)
+            learners = {arm: algo.learner_group._learner for arm, algo in algos.items()}
+            rows = len(
+                learners["rllib"]._learner_connector(
+                    rl_module=learners["rllib"].module,
+                    batch={},
+                    episodes=copy.deepcopy(episodes),
+                    shared_data={},
+                )["default_policy"]["obs"]
+            )
+            for minibatch in MINIBATCHES:
+                plain = {
+                    "torch": PlainPPO(network, minibatch, fused=False),
+                    "torch_fused": PlainPPO(network, minibatch, fused=True),
+                }
+                for arm in learners:
+                    timed_update(learners[arm], episodes, 1, minibatch)  # warm
+
+                def measure(arm: str, minibatch: int = minibatch, plain: Any = plain) -> Any:
+                    if arm in plain:
+                        return plain_seconds(plain[arm], 20), 0.0
+                    low, high = (
+                        timed_update(learners[arm], episodes, epochs, minibatch)
+                        for epochs in EPOCHS
+                    )
+                    counts = [minibatch_count(rows, minibatch, e) for e in EPOCHS]
+                    per = (high - low) / (counts[1] - counts[0])
+                    return per, low - counts[0] * per
+
+                figures = interleaved(rounds, PPO_ARMS, measure, label=f"{net_name} {minibatch}")
+                per_arm = {
+                    arm: [f[0] * 1e3 for f in figs]
+                    for arm, figs in zip(PPO_ARMS, figures, strict=True)
+                }
+                fixed = {
+                    arm: [f[1] * 1e3 for f in figs]
+                    for arm, figs in zip(PPO_ARMS, figures, strict=True)
+                }
+                anchor = sorted(per_arm["torch"])[len(per_arm["torch"]) // 2]
+                fused = sorted(per_arm["torch_fused"])[len(per_arm["torch_fused"]) // 2]
+                for arm in PPO_ARMS:
+                    median = sorted(per_arm[arm])[len(per_arm[arm]) // 2]
+                    fixed_s = spread(fixed[arm], ".1f") if arm in learners else "-"
+                    print(
+                        f"{net_name:<14} {minibatch:>9} {arm:<12} "
+                        f"{spread(per_arm[arm], '.2f'):>22} {median / anchor:>8.2f}x "
+                        f"{median / fused:>8.2f}x {fixed_s:>20}"
+                    )
+                    out["ppo_updates"].append(
+                        {
+                            "network": net_name,
+                            "minibatch": minibatch,
+                            "arm": arm,
+                            "per_update_ms": per_arm[arm],
+                            "fixed_ms": fixed[arm] if arm in learners else None,
+                            "vs_torch": median / anchor,
+                            "vs_torch_fused": median / fused,
+                        }
+                    )
+        finally:
+            for algo in algos.values():
+                algo.stop()
+
+
+def timed_train(algo: Any) -> tuple[float, float, float, float]:
+    start = time.perf_counter()
+    result = algo.train()
+    wall = time.perf_counter() - start
+    timers = result.get("timers", {})
+    return (
+        wall,
+        float(timers.get("env_runner_sampling_timer", float("nan"))),
+        float(timers.get("learner_update_timer", float("nan"))),
+        float(timers.get("synch_weights", float("nan"))),
+    )
+
+
+def ppo_train(rounds: int, out: dict[str, Any]) -> None:
+    network = NETWORKS["small_env"]
+    plain = plain_seconds(PlainPPO(network, TRAIN_BATCH, fused=False), 50)
+    plain_fused = plain_seconds(PlainPPO(network, TRAIN_BATCH, fused=True), 50)
+    arms = ("rllib", "lean")
+    algos = {
+        arm: build(
+            ppo_config(network, lean=arm == "lean", batch=TRAIN_BATCH, minibatch=TRAIN_BATCH)
+        )
+        for arm in arms
+    }
+    try:
+        for algo in algos.values():
+            for _ in range(3):
+                algo.train()
+
+        def measure(arm: str) -> list[tuple[float, float, float, float]]:
+            return [timed_train(algos[arm]) for _ in range(5)]
+
+        figures = interleaved(rounds, arms, measure, label="train()")
+    finally:
+        for algo in algos.values():
+            algo.stop()
+    print(
+        f"\nPPO train(): batch {TRAIN_BATCH}, minibatch {TRAIN_BATCH}, {TRAIN_EPOCHS} epochs, "
+        f"{ENVS} envs, small_env networks (ms; timers are RLlib's smoothed ones). Plain torch: "
+        f"{plain * 1e3:.2f} ms per update ({plain_fused * 1e3:.2f} fused)"
+    )
+    print(f"{'arm':<6} {'train()':>20} {'sampling':>8} {'learner':>8} {'sync':>6} {'fixed':>20}")
+    for arm, figs in zip(arms, figures, strict=True):
+        calls = [c for rnd in figs for c in rnd]
+        walls = [c[0] * 1e3 for c in calls]
+        sampling = sorted(c[1] * 1e3 for c in calls)[len(calls) // 2]
+        learner = sorted(c[2] * 1e3 for c in calls)[len(calls) // 2]
+        sync = sorted(c[3] * 1e3 for c in calls)[len(calls) // 2]
+        # Fixed cost: what one train() costs beyond sampling and the plain-torch updates.
+        updates = minibatch_count(TRAIN_BATCH + 8, TRAIN_BATCH, TRAIN_EPOCHS)
+        fixed = [c[0] * 1e3 - c[1] * 1e3 - updates * plain * 1e3 for c in calls]
+        print(
+            f"{arm:<6} {spread(walls, '.1f'):>20} {sampling:>8.1f} {learner:>8.1f} "
+            f"{sync:>6.2f} {spread(fixed, '.1f'):>20}"
+        )
+        out["ppo_train"].append(
+            {
+                "arm": arm,
+                "train_ms": walls,
+                "sampling_ms": sampling,
+                "learner_ms": learner,
+                "sync_ms": sync,
+                "fixed_ms": fixed,
+                "plain_update_ms": plain * 1e3,
+                "plain_fused_update_ms": plain_fused * 1e3,
+                "updates_per_train": updates,
+            }
+        )
+
+
+# --- DQN ----------------------------------------------------------------------------------
+
+
+def dqn_updates(rounds: int, out: dict[str, Any]) -> None:
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from workbench.trial.config import register_env
+
+    print("\nDQN: one update() call = one minibatch update (ms), double Q, dueling off")
+    print(f"{'network':<14} {'minibatch':>9} {'arm':<6} {'per update':>22} {'vs torch':>9}")
+    for net_name, network in NETWORKS.items():
+        model = {k: v for k, v in network.items() if k != "vf_share_layers"}
+        config = (
+            DQNConfig()
+            .environment(env=register_env(ENV))
+            .env_runners(
+                num_env_runners=0,
+                num_envs_per_env_runner=ENVS,
+                gym_env_vectorize_mode="vector_entry_point",
+            )
+            .rl_module(model_config={**model, "head_fcnet_hiddens": []})
+            .training(dueling=False, double_q=True, num_steps_sampled_before_learning_starts=0)
+            .debugging(seed=0)
+        )
+        algo = build(config)
+        try:
+            for _ in range(20):
+                algo.train()
+            learner = algo.learner_group._learner
+            buffer = algo.local_replay_buffer
+            for minibatch in MINIBATCHES:
+                samples = [
+                    buffer.sample(
+                        num_items=minibatch, n_step=1, gamma=0.99, beta=0.4, sample_episodes=True
+                    )
+                    for _ in range(10)
+                ]
+                plain = PlainDQN(network, minibatch)
+
+                def measure(arm: str, samples: Any = samples, plain: Any = plain) -> float:
+                    if arm == "torch":
+                        return plain_seconds(plain, 20)
+                    data = [copy.deepcopy(s) for s in samples]
+                    start = time.perf_counter()
+                    for episodes in data:
+                        learner.update(
+                            episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 10_000}
+                        )
+                    return (time.perf_counter() - start) / len(data)
+
+                measure("rllib")
+                figures = interleaved(rounds, ("rllib", "torch"), measure, label=f"dqn {minibatch}")
+                ms = {
+                    arm: [f * 1e3 for f in figs]
+                    for arm, figs in zip(("rllib", "torch"), figures, strict=True)
+                }
+                anchor = sorted(ms["torch"])[len(ms["torch"]) // 2]
+                for arm in ("rllib", "torch"):
+                    median = sorted(ms[arm])[len(ms[arm]) // 2]
+                    print(
+                        f"{net_name:<14} {minibatch:>9} {arm:<6} {spread(ms[arm], '.2f'):>22} "
+                        f"{median / anchor:>8.2f}x"
+                    )
+                    out["dqn_updates"].append(
+                        {"network": net_name, "minibatch": minibatch, "arm": arm, "ms": ms[arm]}
+                    )
+        finally:
+            algo.stop()
+
+
+# --- where the time goes ------------------------------------------------------------------
+
+# (label, file fragment, function name): cumulative time of each (nested rows overlap).
+PROFILE_ROWS = (
+    ("learner connectors (episodes -> batch, GAE)", "connector_pipeline_v2", "__call__"),
+    ("minibatch slicing and concatenation", "minibatch_utils", "__iter__"),
+    ("numpy -> torch conversion", "torch_utils", "convert_to_torch_tensor"),
+    ("metrics: log_value", "metrics_logger", "log_value"),
+    ("metrics: log_dict", "metrics_logger", "log_dict"),
+    ("metrics: reduce", "metrics_logger", "reduce"),
+    ("off-policyness metric", "torch_learner", "_compute_off_policyness"),
+    ("steps-trained metrics", "learner", "_log_steps_trained_metrics"),
+    ("forward_train", "rl_module", "forward_train"),
+    ("loss (PPO)", "ppo_torch_learner", "compute_loss_for_module"),
+    ("explained variance", "torch_utils", "explained_variance"),
+    ("backward", "_tensor", "backward"),
+    ("apply_gradients (NaN checks + step)", "torch_learner", "apply_gradients"),
+    ("optimizer step (Adam)", "adam", "step"),
+    ("weight sync to the env runner", "env_runner_group", "sync_weights"),
+    ("env runner sampling", "fast_runner", "sample"),
+)
+
+
+def profile_rows(profile: cProfile.Profile, total: float) -> list[tuple[str, float, float]]:
+    stats = pstats.Stats(profile)
+    rows = []
+    for label, fragment, name in PROFILE_ROWS:
+        cumulative = 0.0
+        for (filename, _, func), (_, _, _, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+            if func == name and fragment in filename:
+                cumulative += ct
+        rows.append((label, cumulative * 1e3, 100 * cumulative / total if total else 0.0))
+    return rows
+
+
+def where_the_time_goes(out: dict[str, Any]) -> None:
+    network = NETWORKS["small_env"]
+    algo = build(ppo_config(network, lean=False, batch=BATCH, minibatch=256))
+    try:
+        learner = algo.learner_group._learner
+        episodes = algo.env_runner.sample(num_timesteps=BATCH)
+        timed_update(learner, episodes, 1, 256)
+        data = copy.deepcopy(episodes)
+        profile = cProfile.Profile()
+        from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+        start = time.perf_counter()
+        profile.enable()
+        learner.update(
+            episodes=data,
+            timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: BATCH},
+            num_epochs=10,
+            minibatch_size=256,
+            shuffle_batch_per_epoch=True,
+        )
+        profile.disable()
+        total = time.perf_counter() - start
+    finally:
+        algo.stop()
+    print(
+        f"\nwhere RLlib's update() goes: batch {BATCH}, minibatch 256, 10 epochs, profiled "
+        f"({total * 1e3:.0f} ms under the profiler)"
+    )
+    rows = profile_rows(profile, total)
+    for label, ms, share in rows:
+        print(f"  {label:<46} {ms:>8.1f} ms {share:>5.1f}%")
+    out["profile_update"] = {"total_ms": total * 1e3, "rows": rows}
+
+    train_algo = build(ppo_config(network, lean=False, batch=TRAIN_BATCH, minibatch=TRAIN_BATCH))
+    try:
+        for _ in range(3):
+            train_algo.train()
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        for _ in range(5):
+            train_algo.train()
+        profile.disable()
+        total = (time.perf_counter() - start) / 5
+    finally:
+        train_algo.stop()
+    print(
+        f"\nwhere RLlib's train() goes: batch {TRAIN_BATCH}, minibatch {TRAIN_BATCH}, "
+        f"{TRAIN_EPOCHS} epochs, per train() ({total * 1e3:.0f} ms under the profiler)"
+    )
+    rows = [(label, ms / 5, share) for label, ms, share in profile_rows(profile, total * 5)]
+    for label, ms, share in rows:
+        print(f"  {label:<46} {ms:>8.1f} ms {share:>5.1f}%")
+    out["profile_train"] = {"total_ms": total * 1e3, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dqn", action="store_true", help="also DQN's per-update cost")
+    parser.add_argument("--skip-updates", action="store_true", help="only train() and profile")
+    parser.add_argument("--core", type=int, default=None, help="pin to this CPU (default: last)")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    core = pin_to_one_cpu(args.core, default="last")
+    import ray
+    import torch
+
+    torch.set_num_threads(1)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    print("command:", command_line())
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, ray {ray.__version__}, "
+        f"{cpu_model()}, pinned to core #{core} of {os.cpu_count()}, one torch thread, "
+        f"load average {os.getloadavg()[0]:.2f} at the start; {args.rounds} interleaved rounds"
+    )
+    out: dict[str, Any] = {"ppo_updates": [], "ppo_train": [], "dqn_updates": []}
+    try:
+        if not args.skip_updates:
+            ppo_updates(args.rounds, out)
+        ppo_train(args.rounds, out)
+        if args.dqn:
+            dqn_updates(args.rounds, out)
+        where_the_time_goes(out)
+    finally:
+        print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
