@@ -1,20 +1,26 @@
-"""Environment steps per second: sim_ext CartPole vs Gymnasium (and EnvPool where it imports).
+"""Environment steps per second: a sim_ext env vs Gymnasium's (and EnvPool where it imports).
 
 Usage::
 
-    .venv/bin/python benchmarks/env_throughput.py            # full default run
+    .venv/bin/python benchmarks/env_throughput.py            # full default run (CartPole)
     .venv/bin/python benchmarks/env_throughput.py --sizes 4096 --substeps 10 --json out.json
+    .venv/bin/python benchmarks/env_throughput.py --env MountainCar-v0
+
+``--env`` names the environment (default ``CartPole-v1``): any sim_ext env with a Gymnasium
+twin (CartPole-v1, Acrobot-v1, Pendulum-v1, MountainCar-v0, MountainCarContinuous-v0).
 
 Cases (``--cases``; N is the number of environments stepped by one call):
 
-* ``sim_view``: ``sim_ext.vector_env_class("CartPole-v1")(num_envs=N, copy=False)``, the
+* ``sim_view``: ``sim_ext.vector_env_class(ENV)(num_envs=N, copy=False)``, the
   Gymnasium VectorEnv handing out read-only views of its C++ output buffers;
 * ``sim_copy``: the same with ``copy=True`` (the default): fresh arrays every step;
 * ``sim_core``: the raw compiled core ``env._core.step(actions)`` (no Python wrapper), a floor
   for what the wrapper costs;
-* ``gym_vector``: Gymnasium's numpy-vectorized CartPole,
-  ``gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")``;
-* ``gym_single``: ``gym.make("CartPole-v1")`` stepped in a Python loop, reset when an episode
+* ``gym_vector``: Gymnasium's own vector env, ``gym.make_vec(ENV, num_envs=N,
+  vectorization_mode=...)``: its numpy-vectorized class where it has one
+  (``vector_entry_point``: CartPole), else a ``SyncVectorEnv`` of N single envs (``sync``:
+  MountainCar, the only way Gymnasium batches it);
+* ``gym_single``: ``gym.make(ENV)`` stepped in a Python loop, reset when an episode
   ends (N=1 only);
 * ``envpool``: EnvPool's synchronous API with one worker thread (``batch_size=N``), if
   ``envpool`` imports; otherwise the run says why and carries on without it.
@@ -25,11 +31,13 @@ Method:
   ``os.sched_setaffinity`` before anything starts a thread, and the OpenMP/MKL/OpenBLAS thread
   counts are set to 1 before numpy is imported. EnvPool's worker thread inherits the pinning.
 * Actions are drawn before timing: a pool of 64 random, valid, C-contiguous batches in each
-  env's own action dtype, cycled, so the action sampler is not measured. Each step does the
-  work a user's loop does: the vector envs (sim_ext, Gymnasium, EnvPool) reset finished
+  env's own action dtype, cycled, so the action sampler is not measured (uniform over the
+  action space: every discrete action, or forces uniform in a Box's bounds). Each step does
+  the work a user's loop does: the vector envs (sim_ext, Gymnasium, EnvPool) reset finished
   episodes themselves on the next step; the single-env loop calls ``reset()`` on
-  ``terminated or truncated``. Random actions end an episode about every 20 steps, so resets
-  are part of every measurement.
+  ``terminated or truncated``. Random actions end a CartPole episode about every 20 steps, so
+  resets are part of every CartPole measurement; MountainCar's episodes run to their time
+  limit (200 or 999 steps).
 * Every env is built and reset once, warmed up for about 0.1 s, which also sizes a chunk of
   calls to about 5 ms. Then the cases run in interleaved rounds: round r runs every case once,
   then round r+1 (``--rounds``, default 5), each run stepping whole chunks for at least
@@ -42,9 +50,9 @@ Method:
 
 Targets (median over median, same run): sim_ext CartPole at least 10x Gymnasium's
 numpy-vectorized CartPole at N=4096 and at least 20x at N=1, checked for each sim_ext
-VectorEnv mode (``copy=False`` and ``copy=True``) that ran; with ``--substeps`` above 1 the
-ratios are printed without a verdict. The exit status is 0 either way (a measurement, not a
-test).
+VectorEnv mode (``copy=False`` and ``copy=True``) that ran; with ``--substeps`` above 1, or
+for another ``--env``, the ratios are printed without a verdict. The exit status is 0 either
+way (a measurement, not a test).
 """
 
 from __future__ import annotations
@@ -78,7 +86,9 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/env_throughput
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import cpu_model, interleaved, median_min_max, pin_to_one_cpu
 
-ENV_NAME = "CartPole-v1"
+DEFAULT_ENV = "CartPole-v1"
+# The sim_ext envs with a Gymnasium twin to compare against.
+ENVS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 ACTION_POOL = 64  # pre-drawn action batches, cycled
 WARMUP_SECONDS = 0.1
 CHUNK_SECONDS = 0.005
@@ -121,13 +131,37 @@ def import_envpool() -> tuple[Any | None, str]:
     return envpool, f"envpool {getattr(envpool, '__version__', '?')} imported"
 
 
-def vector_action_pool(num_envs: int, dtype: type[np.integer[Any]], seed: int) -> list[np.ndarray]:
-    """ACTION_POOL random batches of CartPole actions (0 or 1), C-contiguous, of `dtype`."""
+def vector_action_pool(
+    space: gym.Space[Any], num_envs: int, dtype: Any, seed: int
+) -> list[np.ndarray]:
+    """ACTION_POOL random batches of actions of one env's `space` (every discrete action, or
+    forces uniform in a Box's bounds), C-contiguous, of `dtype`."""
     rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        return [
+            np.ascontiguousarray(rng.integers(0, int(space.n), size=num_envs), dtype=dtype)
+            for _ in range(ACTION_POOL)
+        ]
+    assert isinstance(space, gym.spaces.Box)
+    shape = (num_envs, *space.shape)
     return [
-        np.ascontiguousarray(rng.integers(0, 2, size=num_envs), dtype=dtype)
+        np.ascontiguousarray(rng.uniform(space.low, space.high, size=shape), dtype=dtype)
         for _ in range(ACTION_POOL)
     ]
+
+
+def single_action_space(env_name: str) -> gym.Space[Any]:
+    return sim_ext.vector_env_class(env_name)(num_envs=1).single_action_space
+
+
+def sim_config(substeps: int) -> dict[str, int]:
+    """sim_ext's env_config: `substeps` only where asked (MountainCar has none)."""
+    return {} if substeps == 1 else {"substeps": substeps}
+
+
+def gym_vector_mode(env_name: str) -> str:
+    """Gymnasium's numpy-vectorized class where the id has one, else one env after another."""
+    return "vector_entry_point" if gym.spec(env_name).vector_entry_point else "sync"
 
 
 def cycle_batches(step: Callable[[np.ndarray], object], pool: list[np.ndarray]) -> Stepper:
@@ -141,29 +175,38 @@ def cycle_batches(step: Callable[[np.ndarray], object], pool: list[np.ndarray]) 
     return run
 
 
-def make_sim_vector(num_envs: int, copy: bool, substeps: int, seed: int) -> tuple[Any, Stepper]:
-    env = sim_ext.vector_env_class(ENV_NAME)(num_envs=num_envs, copy=copy, substeps=substeps)
+def _pool(env: Any, num_envs: int, seed: int) -> list[np.ndarray]:
+    """Batches for a Gymnasium-style vector env, in the dtype of its single action space."""
+    space = env.single_action_space
+    dtype = np.int64 if isinstance(space, gym.spaces.Discrete) else space.dtype
+    return vector_action_pool(space, num_envs, dtype, seed)
+
+
+def make_sim_vector(
+    env_name: str, num_envs: int, copy: bool, substeps: int, seed: int
+) -> tuple[Any, Stepper]:
+    env = sim_ext.vector_env_class(env_name)(num_envs=num_envs, copy=copy, **sim_config(substeps))
     env.reset(seed=seed)
-    return env, cycle_batches(env.step, vector_action_pool(num_envs, np.int64, seed))
+    return env, cycle_batches(env.step, _pool(env, num_envs, seed))
 
 
-def make_sim_core(num_envs: int, substeps: int, seed: int) -> tuple[Any, Stepper]:
-    env = sim_ext.vector_env_class(ENV_NAME)(num_envs=num_envs, copy=False, substeps=substeps)
+def make_sim_core(env_name: str, num_envs: int, substeps: int, seed: int) -> tuple[Any, Stepper]:
+    env = sim_ext.vector_env_class(env_name)(num_envs=num_envs, copy=False, **sim_config(substeps))
     env.reset(seed=seed)
-    return env, cycle_batches(env._core.step, vector_action_pool(num_envs, np.int64, seed))
+    return env, cycle_batches(env._core.step, _pool(env, num_envs, seed))
 
 
-def make_gym_vector(num_envs: int, seed: int) -> tuple[Any, Stepper]:
-    env = gym.make_vec(ENV_NAME, num_envs=num_envs, vectorization_mode="vector_entry_point")
+def make_gym_vector(env_name: str, num_envs: int, seed: int) -> tuple[Any, Stepper]:
+    env = gym.make_vec(env_name, num_envs=num_envs, vectorization_mode=gym_vector_mode(env_name))
     env.reset(seed=seed)
-    return env, cycle_batches(env.step, vector_action_pool(num_envs, np.int64, seed))
+    return env, cycle_batches(env.step, _pool(env, num_envs, seed))
 
 
-def make_gym_single(seed: int) -> tuple[Any, Stepper]:
-    env = gym.make(ENV_NAME)
+def make_gym_single(env_name: str, seed: int) -> tuple[Any, Stepper]:
+    env = gym.make(env_name)
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    pool = [int(a) for a in rng.integers(0, 2, size=ACTION_POOL)]
+    batch = vector_action_pool(env.action_space, 1, env.action_space.dtype, seed)
+    pool = [int(a[0]) if isinstance(env.action_space, gym.spaces.Discrete) else a[0] for a in batch]
     step, reset = env.step, env.reset
     mask = ACTION_POOL - 1
 
@@ -176,9 +219,9 @@ def make_gym_single(seed: int) -> tuple[Any, Stepper]:
     return env, run
 
 
-def make_envpool(envpool: Any, num_envs: int, seed: int) -> tuple[Any, Stepper]:
+def make_envpool(envpool: Any, env_name: str, num_envs: int, seed: int) -> tuple[Any, Stepper]:
     env = envpool.make(
-        ENV_NAME,
+        env_name,
         env_type="gymnasium",
         num_envs=num_envs,
         batch_size=num_envs,
@@ -187,26 +230,27 @@ def make_envpool(envpool: Any, num_envs: int, seed: int) -> tuple[Any, Stepper]:
     )
     env.reset()
     dtype = env.spec.action_array_spec["action"].dtype  # EnvPool's own (int32 for CartPole)
-    return env, cycle_batches(env.step, vector_action_pool(num_envs, dtype, seed))
+    pool = vector_action_pool(single_action_space(env_name), num_envs, dtype, seed)
+    return env, cycle_batches(env.step, pool)
 
 
 def build_case(
-    name: str, num_envs: int, substeps: int, seed: int, envpool: Any | None
+    name: str, env_name: str, num_envs: int, substeps: int, seed: int, envpool: Any | None
 ) -> Case | None:
     """The env and stepper for (name, N), or None where the case does not apply."""
     made: tuple[Any, Stepper] | None
     if name == "sim_view":
-        made = make_sim_vector(num_envs, False, substeps, seed)
+        made = make_sim_vector(env_name, num_envs, False, substeps, seed)
     elif name == "sim_copy":
-        made = make_sim_vector(num_envs, True, substeps, seed)
+        made = make_sim_vector(env_name, num_envs, True, substeps, seed)
     elif name == "sim_core":
-        made = make_sim_core(num_envs, substeps, seed)
+        made = make_sim_core(env_name, num_envs, substeps, seed)
     elif name == "gym_vector":
-        made = make_gym_vector(num_envs, seed)
+        made = make_gym_vector(env_name, num_envs, seed)
     elif name == "gym_single":
-        made = make_gym_single(seed) if num_envs == 1 else None
+        made = make_gym_single(env_name, seed) if num_envs == 1 else None
     elif name == "envpool":
-        made = make_envpool(envpool, num_envs, seed) if envpool is not None else None
+        made = make_envpool(envpool, env_name, num_envs, seed) if envpool is not None else None
     else:
         raise ValueError(f"unknown case {name!r}")
     return None if made is None else Case(name, num_envs, *made)
@@ -256,7 +300,13 @@ def ratios(cases: list[Case]) -> dict[tuple[str, int], float]:
     }
 
 
-def table(cases: list[Case]) -> str:
+def case_label(name: str, env_name: str) -> str:
+    if name == "gym_vector" and gym_vector_mode(env_name) == "sync":
+        return "gymnasium SyncVectorEnv"
+    return CASE_LABELS[name]
+
+
+def table(cases: list[Case], env_name: str = DEFAULT_ENV) -> str:
     """A Markdown table: median/min/max steps/s and the ratio to BASELINE."""
     rel = ratios(cases)
     lines = [
@@ -267,15 +317,16 @@ def table(cases: list[Case]) -> str:
         ratio = rel.get((c.name, c.num_envs))
         median, low, high = median_min_max(c.rates)
         lines.append(
-            f"| {c.num_envs} | {CASE_LABELS[c.name]} | {fmt_rate(median)} "
+            f"| {c.num_envs} | {case_label(c.name, env_name)} | {fmt_rate(median)} "
             f"| {fmt_rate(low)} | {fmt_rate(high)} "
             f"| {'-' if ratio is None else f'{ratio:.2f}x'} |"
         )
     return "\n".join(lines)
 
 
-def target_lines(cases: list[Case], substeps: int) -> list[str]:
-    """PASS/FAIL lines for TARGETS (plain ratios when sim_ext runs extra substeps)."""
+def target_lines(cases: list[Case], substeps: int, env_name: str = DEFAULT_ENV) -> list[str]:
+    """PASS/FAIL lines for TARGETS (plain ratios when sim_ext runs extra substeps, or for an env
+    other than CartPole, which the targets are not about)."""
     rel = ratios(cases)
     lines = []
     for n, need in TARGETS.items():
@@ -284,7 +335,9 @@ def target_lines(cases: list[Case], substeps: int) -> list[str]:
             if ratio is None:
                 continue
             line = f"{CASE_LABELS[name]} at N={n} is {ratio:.1f}x {BASELINE} (target >= {need:g}x)"
-            if substeps == 1:
+            if env_name != DEFAULT_ENV:
+                lines.append(f"n/a (targets are for {DEFAULT_ENV}; this is {env_name}): {line}")
+            elif substeps == 1:
                 lines.append(f"{'PASS' if ratio >= need else 'FAIL'}: {line}")
             else:
                 lines.append(
@@ -311,6 +364,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cases",
         default=",".join(CASE_LABELS),
         help=f"comma-separated subset of {','.join(CASE_LABELS)}",
+    )
+    p.add_argument(
+        "--env", default=DEFAULT_ENV, choices=ENVS, help=f"environment (default {DEFAULT_ENV})"
     )
     p.add_argument("--substeps", type=int, default=1, help="sim_ext CartPole substeps (K)")
     p.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: first allowed)")
@@ -347,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     if envpool_line:
         print(envpool_line)
     print(
-        f"rounds={args.rounds} seconds={args.seconds} sizes={args.sizes} "
+        f"env={args.env} rounds={args.rounds} seconds={args.seconds} sizes={args.sizes} "
         f"substeps={args.substeps} cases={args.cases}"
     )
 
@@ -357,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore", UserWarning)
         for n in args.sizes:
             for name in args.cases:
-                case = build_case(name, n, args.substeps, args.seed, envpool)
+                case = build_case(name, args.env, n, args.substeps, args.seed, envpool)
                 if case is not None:
                     cases.append(case)
     for case in cases:
@@ -368,9 +424,9 @@ def main(argv: list[str] | None = None) -> int:
         case.rates = rates
 
     print()
-    print(table(cases))
+    print(table(cases, args.env))
     print()
-    print("\n".join(target_lines(cases, args.substeps)))
+    print("\n".join(target_lines(cases, args.substeps, args.env)))
     if "envpool" in args.cases and envpool is None:
         print(envpool_line)
 
@@ -386,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": [
                 {
                     "case": c.name,
-                    "label": CASE_LABELS[c.name],
+                    "label": case_label(c.name, args.env),
                     "num_envs": c.num_envs,
                     "chunk_calls": c.chunk,
                     "steps_per_s": c.rates,

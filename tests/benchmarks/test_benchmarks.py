@@ -36,6 +36,28 @@ def test_env_throughput_runs_and_reports_every_case(tmp_path: Path) -> None:
         assert case in text
 
 
+def test_env_throughput_measures_the_mountain_cars_against_gymnasiums_sync_vector_env() -> None:
+    # Gymnasium has no numpy-vectorized MountainCar: its baseline is a SyncVectorEnv, and the
+    # continuous car's actions are float batches of the Box's shape.
+    for env in ("MountainCar-v0", "MountainCarContinuous-v0"):
+        result = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "env_throughput.py"),
+                *("--env", env, "--rounds", "1", "--seconds", "0.02", "--sizes", "1,4"),
+                *("--cases", "sim_view,sim_copy,sim_core,gym_vector,gym_single"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"env={env}" in result.stdout
+        assert result.stdout.count("gymnasium SyncVectorEnv") == 2
+        assert f"n/a (targets are for CartPole-v1; this is {env})" in result.stdout
+
+
 def test_mlflow_overhead_runs_and_reports_both_callbacks(tmp_path: Path) -> None:
     result = subprocess.run(
         [
