@@ -15,16 +15,22 @@ from workbench.analysis.populations import (
     Population,
     find_population,
     find_target,
+    leaderboard,
     population_lineage,
     populations,
     trial_detail,
 )
+from workbench.cli.format import mean_std
 from workbench.errors import ExperimentError
 from workbench.names import (
     CLONED_FROM_TAG,
     ERROR_TAG,
+    EVAL_EPISODES_METRIC,
     EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
     RESOLVED_FILE,
+    RETURN_METRIC,
+    SCORE_METRIC,
 )
 
 # PPO_00001 cloned PPO_00000's weights at iteration 1 and went on with lr 0.2.
@@ -97,10 +103,15 @@ def test_a_population_as_json_is_its_leaderboard(store: Store) -> None:
         "status": "FINISHED",
         "iteration": 2,
         "env_steps": 0,
+        # Logged before the score: ranked by the per-iteration mean return.
+        "ranked_by": RETURN_METRIC,
         "best_return": 8.0,
+        "last_score": 8.0,
         "last_return": 8.0,
         "cloned_from": "PPO_00000",
         "eval_return": 7.5,
+        "eval_return_std": None,
+        "eval_episodes": None,
         "hyperparameters": {"activation": "relu", "lr": 0.2},
     }
     assert (second["best_return"], second["last_return"], second["env_steps"]) == (5.0, 3.0, 30)
@@ -109,6 +120,41 @@ def test_a_population_as_json_is_its_leaderboard(store: Store) -> None:
     assert failed["best_return"] is None and failed["last_return"] is None
     assert failed["status"] == "FAILED"
     json.dumps(data, allow_nan=False)
+
+
+def test_trials_with_a_score_are_ranked_by_it_with_the_raw_return_beside(tmp_path: Path) -> None:
+    store = new_store(tmp_path / "results")
+    pop = store.population("scored", results_dir=tmp_path / "results" / "scored")
+    # PPO_00000: one lucky iteration (raw 480) on a score that never passed 300.
+    store.trial(
+        pop,
+        "PPO_00000",
+        returns=[200.0, 480.0, 250.0],
+        metrics={SCORE_METRIC: [150.0, 300.0, 280.0]},
+    )
+    store.trial(
+        pop,
+        "PPO_00001",
+        returns=[300.0, 420.0, 410.0],
+        metrics={
+            SCORE_METRIC: [200.0, 390.0, 400.0],
+            EVAL_RETURN_METRIC: [423.1],
+            EVAL_STD_METRIC: [61.0],
+            EVAL_EPISODES_METRIC: [100.0],
+        },
+    )
+    found = find_population(store.client, "scored", store.uri)
+    first, second = leaderboard(found)
+    assert (first.name, first.best_return, first.last_score, first.last_return) == (
+        "PPO_00001",
+        400.0,
+        400.0,
+        410.0,
+    )
+    assert first.score_metric == SCORE_METRIC and first.evaluation == (423.1, 61.0, 100)
+    assert (second.name, second.best_return, second.last_return) == ("PPO_00000", 300.0, 250.0)
+    assert found.best() is first
+    assert mean_std(first.evaluation) == "423.1 ± 61 (n=100)" and mean_std(None) == "-"
 
 
 def test_populations_read_their_trials_only_when_asked(store: Store) -> None:

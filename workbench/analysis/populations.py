@@ -28,7 +28,9 @@ from workbench.experiment.bounds import BOUNDS
 from workbench.names import (
     CLONED_FROM_TAG,
     ERROR_TAG,
+    EVAL_EPISODES_METRIC,
     EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
     LINEAGE_FILE,
     PARENT_RUN_TAG,
     RESOLVED_FILE,
@@ -36,6 +38,7 @@ from workbench.names import (
     RETURN_METRIC,
     ROLE_TAG,
     RUN_NAME_TAG,
+    SCORE_METRIC,
     STEP_METRIC,
     STEPS_METRIC,
     TRIAL_ID_TAG,
@@ -84,10 +87,22 @@ class TrialRun:
     tags: dict[str, str]
     start_ms: int
     end_ms: int | None
+    # The best of the trial's scores over its history (score_metric's values).
     best_return: float = math.nan
 
     @property
+    def score_metric(self) -> str:
+        """What the trial is ranked by: its score (the mean return of the last K
+        episodes), or for a run logged before the score, the per-iteration mean return."""
+        return SCORE_METRIC if SCORE_METRIC in self.metrics else RETURN_METRIC
+
+    @property
+    def last_score(self) -> float:
+        return self.metrics.get(self.score_metric, math.nan)
+
+    @property
     def last_return(self) -> float:
+        """The per-iteration mean return (RLlib's, the episodes of one iteration)."""
         return self.metrics.get(RETURN_METRIC, math.nan)
 
     @property
@@ -115,8 +130,18 @@ class TrialRun:
 
     @property
     def eval_return(self) -> float | None:
-        """The mean return of the trial's last `workbench eval`, if it was evaluated."""
+        """The mean return of the trial's last evaluation (the one that confirmed a stop,
+        the end of the run's or `workbench eval`'s), if it was evaluated."""
         return self.metrics.get(EVAL_RETURN_METRIC)
+
+    @property
+    def evaluation(self) -> tuple[float, float | None, int | None] | None:
+        """The last evaluation as (mean, std, episodes); None if never evaluated."""
+        mean = self.metrics.get(EVAL_RETURN_METRIC)
+        if mean is None:
+            return None
+        episodes = self.metrics.get(EVAL_EPISODES_METRIC)
+        return mean, self.metrics.get(EVAL_STD_METRIC), None if episodes is None else int(episodes)
 
     def hyperparameters(self) -> dict[str, Any]:
         """Current values: numeric ones from hp/* metrics, categorical ones from tags."""
@@ -135,10 +160,14 @@ class TrialRun:
             "status": self.status,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
+            "ranked_by": self.score_metric,
             "best_return": _finite_or_none(self.best_return),
+            "last_score": _finite_or_none(self.last_score),
             "last_return": _finite_or_none(self.last_return),
             "cloned_from": self.cloned_from,
             "eval_return": self.eval_return,
+            "eval_return_std": self.metrics.get(EVAL_STD_METRIC),
+            "eval_episodes": (self.evaluation or (None, None, None))[2],
             "hyperparameters": self.hyperparameters(),
         }
 
@@ -254,7 +283,9 @@ def trial_runs(client: Any, population: Population) -> list[TrialRun]:
             start_ms=info.start_time,
             end_ms=info.end_time,
         )
-        history = [m.value for m in client.get_metric_history(info.run_id, RETURN_METRIC)]
+        # The score's history; a run logged before the score: the per-iteration mean's.
+        key = trial.score_metric
+        history = [m.value for m in client.get_metric_history(info.run_id, key)]
         finite = [v for v in history if not math.isnan(v)]
         trial.best_return = max(finite) if finite else math.nan
         out.append(trial)
@@ -262,7 +293,7 @@ def trial_runs(client: Any, population: Population) -> list[TrialRun]:
 
 
 def leaderboard(population: Population) -> list[TrialRun]:
-    """Trials ordered by their best return (unscored last)."""
+    """Trials ordered by their best score (unscored last)."""
     return sorted(
         population.trials,
         key=lambda t: (math.isnan(t.best_return), -(t.best_return if t else 0), t.name),

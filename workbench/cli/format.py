@@ -69,6 +69,19 @@ def num(value: float | int | None, digits: int = 4) -> str:
     return str(int(value))
 
 
+def mean_std(evaluation: tuple[float, float | None, int | None] | None) -> str:
+    """An evaluation as mean ± std over n episodes ("-" for none): 490 ± 12.5 (n=100)."""
+    if evaluation is None:
+        return "-"
+    mean, std, episodes = evaluation
+    text = num(mean)
+    if std is not None:
+        text += f" ± {num(std, 3)}"
+    if episodes is not None:
+        text += f" (n={episodes})"
+    return text
+
+
 def shown(value: object) -> str:
     """A table cell: floats through `num`, anything else as text, "-" for none."""
     if value is None:

@@ -26,6 +26,7 @@ from workbench import __version__
 from workbench.cli.format import (
     FIRST_GROUPS,
     aligned,
+    mean_std,
     metric_groups,
     num,
     shown,
@@ -36,7 +37,7 @@ from workbench.cli.format import (
 )
 from workbench.errors import ExperimentError, Interrupted
 from workbench.experiment.environments import describe_environments
-from workbench.names import RESOLVED_FILE, RETURN_METRIC, SPOOL_FILE
+from workbench.names import RESOLVED_FILE, SPOOL_FILE
 from workbench.tracking.store import open_store, read_failure, resolve_store
 
 # A reader that closed the pipe early (`| head`): the status of a process SIGPIPE ended.
@@ -267,7 +268,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 ]
             )
         print(f"Populations in {uri}:")
-        headers = ["population", "experiment", "status", "trials", "best return", "best trial"]
+        headers = ["population", "experiment", "status", "trials", "best score", "best trial"]
         print(table([*headers, "started", "run id"], rows, width=_width(args)))
         return 0
     pop = find_population(client, ref, uri)
@@ -284,16 +285,19 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             str(t.iteration),
             str(t.env_steps),
             num(t.best_return),
+            num(t.last_score),
             num(t.last_return),
-            num(t.eval_return),
+            mean_std(t.evaluation),
             shown(t.cloned_from),
             *(shown(t.hyperparameters().get(k)) for k in hps),
         ]
         for rank, t in enumerate(board, 1)
     ]
     print(f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):")
-    headers = ["#", "trial", "status", "iter", "env steps", "best return", "last return"]
-    print(table([*headers, "eval return", "cloned from", *hps], rows, width=_width(args), keep=2))
+    # The score ranks (the mean return of the last K episodes); the return beside it is
+    # the last iteration's own mean, and eval the last evaluation, mean ± std (n episodes).
+    headers = ["#", "trial", "status", "iter", "env steps", "best score", "score", "return"]
+    print(table([*headers, "eval", "cloned from", *hps], rows, width=_width(args), keep=2))
     return 0
 
 
@@ -312,7 +316,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         f"{trial.status}"
     )
     print(f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}")
-    print(f"  best {RETURN_METRIC} = {num(trial.best_return, 6)}")
+    print(f"  best {trial.score_metric} = {num(trial.best_return, 6)}")
     if trial.error is not None:
         print("  error: " + trial.error.strip().splitlines()[-1])
     initial = {k: v for k, v in trial.params.items() if k != "trial_id"}

@@ -20,6 +20,8 @@ CURATED_METRICS: tuple[str, ...] = (
     "time_this_iter_s",
     "time_total_s",
     "num_env_steps_sampled_lifetime",
+    "score/*",  # the score: the mean return of the last K episodes (workbench.trial.score)
+    "eval/*",  # the evaluation that confirmed a stop
     "env_runners/episode_return_mean",
     "env_runners/episode_return_max",
     "env_runners/episode_return_min",
