@@ -444,7 +444,10 @@ def _positive_int(text: str) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from workbench.policy.locate import evaluate_reference
+    from workbench.policy.video import check_video_path, record_video
 
+    if args.video:  # a wrong file name fails before the rollout
+        check_video_path(Path(args.video), args.run)
     done = evaluate_reference(
         args.run,
         store=args.store,
@@ -457,8 +460,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         log=not args.no_log,
         trust=args.trust,
     )
+    video = None
+    if args.video:
+        video = record_video(
+            done.checkpoint,
+            Path(args.video),
+            episodes=args.video_episodes,
+            deterministic=not args.stochastic,
+            seed=args.seed,
+            env_config=done.result.env_config,
+            fps=args.fps,
+            source=args.run,
+        )
     if args.json:
-        _print_json(done.to_json())
+        data = done.to_json()
+        if video is not None:
+            data["video"] = {**dataclasses.asdict(video), "path": str(video.path)}
+        _print_json(data)
         return 0
     source, checkpoint, result = done.source, done.checkpoint, done.result
     print(f"Evaluated {source.label}")
@@ -468,6 +486,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"  {result.summary()}")
     for note in [*result.notes, done.logged]:
         print(f"  {note}")
+    if video is not None:
+        print(f"  {video.line()}")
     return 0
 
 
@@ -879,6 +899,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         [
             "workbench eval PPO_00003 --episodes 20",
             "workbench eval results/cartpole_pbt_20260130-141502/PPO_00003 --no-log --json",
+            "workbench eval PPO_00003 --video cartpole.mp4 --video-episodes 3",
         ],
         handler=_cmd_eval,
         shared=["population", "store", "json"],
@@ -907,6 +928,24 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     )
     evaluate.add_argument("--no-log", action="store_true", help="do not log to MLflow")
     evaluate.add_argument("--trust", **trust)  # type: ignore[arg-type]
+    _path(
+        evaluate.add_argument(
+            "--video",
+            metavar="FILE",
+            help="also render episodes of the policy to FILE (.mp4 or .gif), with the env's "
+            "rgb_array render; episode k starts from seed + k, as the evaluation's",
+        )
+    )
+    evaluate.add_argument(
+        "--video-episodes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="episodes in the video (default 1)",
+    )
+    evaluate.add_argument(
+        "--fps", type=float, help="the video's frame rate (default: the env's render_fps)"
+    )
 
     export_schedule = add(
         "export-schedule",
