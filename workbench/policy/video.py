@@ -145,8 +145,9 @@ def _write(path: Path, frames: list[np.ndarray], fps: float) -> None:
     even = [np.pad(f, pad, mode="edge") for f in frames] if any(p[1] for p in pad) else frames
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # imageio-ffmpeg's notes on sizes and codecs
+        frames_in: Any = even
         imageio_v2.mimwrite(
-            path, even, format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1
+            path, frames_in, format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1
         )
 
 
@@ -155,9 +156,9 @@ def read_video(path: Path) -> tuple[int, int, int]:
     if path.suffix.lower() == ".gif":
         frames = iio.imread(path, index=None, extension=".gif")
         return int(frames.shape[0]), int(frames.shape[1]), int(frames.shape[2])
-    reader = imageio_v2.get_reader(path, format="FFMPEG")
+    reader: Any = imageio_v2.get_reader(path, format="FFMPEG")
     try:
-        count = sum(1 for _ in reader)
+        count = sum(1 for _ in reader)  # decodes every frame: a file a player can play
         width, height = reader.get_meta_data()["size"]
     finally:
         reader.close()
