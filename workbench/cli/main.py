@@ -120,14 +120,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from workbench.experiment.resolve import load_and_resolve
 
     resolved = load_and_resolve(args.file, args.set or [], check_results=False)
+    new_storage = not resolved.results_dir.parent.exists()
     resolved = named(resolved, args.name, reserve=not args.dry_run)
     if args.dry_run:
         print("\n".join(_dry_run_lines(resolved, yaml_too=args.yaml, wide=args.wide)))
         return 0
     from workbench.run.launch import run
+    from workbench.run.results_folder import unreserve
 
     print(resolved.defaults.summary())
-    summary = run(resolved, address=args.address, dashboard=args.dashboard, verbose=args.verbose)
+    try:
+        summary = run(
+            resolved, address=args.address, dashboard=args.dashboard, verbose=args.verbose
+        )
+    except BaseException:
+        if args.name is None:  # refused before it wrote anything: the name is free again
+            unreserve(resolved.results_dir, storage_was_new=new_storage)
+        raise
     print("\n".join(summary.lines()))
     return summary.exit_code
 
@@ -1031,19 +1040,19 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args, extra = parser.parse_known_args(argv)
     if extra:
         subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    positional, option = getattr(args, "experiment", None), getattr(args, "population", None)
+    if positional is not None and option is not None and positional != option:
+        subparsers[args.command].error(
+            f"--population {option} and the POPULATION argument {positional} disagree; give one"
+        )
     return args
 
 
 def _population_ref(args: argparse.Namespace) -> str | None:
-    """The population of a command that takes it as POPULATION or --population."""
-    positional, option = getattr(args, "experiment", None), getattr(args, "population", None)
-    if positional is not None and option is not None and positional != option:
-        raise ExperimentError.single(
-            "--population",
-            "",
-            f"{option!r} and the POPULATION argument {positional!r} disagree; give one",
-        )
-    return option if option is not None else positional
+    """The population of a command that takes it as POPULATION or --population (`_parse`
+    refused the two disagreeing)."""
+    option: str | None = args.population
+    return option if option is not None else args.experiment  # type: ignore[no-any-return]
 
 
 def _closed_pipe() -> int:

@@ -4,6 +4,7 @@ or say there is none, before it imports anything heavy."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -73,6 +74,18 @@ def population_name(
             continue  # another run took it a moment ago
         return name
     raise ExperimentError.single(str(storage), "storage", f"no free name for {base!r}")
+
+
+def unreserve(results_dir: Path, *, storage_was_new: bool) -> None:
+    """Gives back a name `population_name` took for a run refused before it wrote its
+    folder: its lock file removed, and the storage folder too when the reservation made
+    it and nothing else is in it. A run that got as far as its folder keeps both."""
+    if results_dir.exists():
+        return
+    lock_path(results_dir).unlink(missing_ok=True)
+    if storage_was_new:
+        with contextlib.suppress(OSError):
+            results_dir.parent.rmdir()
 
 
 def newest_population(storage: Path, base: str) -> Path | None:
