@@ -11,6 +11,8 @@ import math
 import random
 import re
 import statistics
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,13 @@ from ray.tune.schedulers.pbt import _explore
 from ray.tune.search.sample import Categorical, Domain, Float, Integer, Quantized
 
 from workbench.experiment.algorithms import training_parameters, tune_key
-from workbench.experiment.search_space import KINDS, ParamSpec, clamp_config, parse_search_space
+from workbench.experiment.search_space import (
+    KINDS,
+    ParamSpec,
+    clamp_config,
+    explore,
+    parse_search_space,
+)
 
 N_SAMPLES = 2000
 
@@ -407,3 +415,95 @@ def test_ppo_training_parameters_hold_the_usual_hyperparameters() -> None:
     assert expected <= params
     assert "self" not in params and "kwargs" not in params
     assert "lrr" not in params
+
+
+# --- PBT's explore step (ParamSpec.perturb, explore) ---------------------------------------------
+
+
+def _perturbed(spec: ParamSpec, value: Any, *, p: float = 0.0, seed: int = 0) -> list[Any]:
+    random.seed(seed)
+    return [
+        spec.perturb(value, resample_probability=p, factors=(1.2, 0.8))[0]
+        for _ in range(EXPLORE_ROUNDS)
+    ]
+
+
+def test_a_small_integer_always_moves_one_up_or_down() -> None:
+    # Tune's rounding keeps 2 at 2 under x0.8 (1.6) and x1.2 (2.4).
+    values = _perturbed(ParamSpec(randint=(1, 30)), 2)
+    assert set(values) == {1, 3} and all(type(v) is int for v in values)
+
+
+def test_a_large_integer_is_multiplied_and_rounded() -> None:
+    assert set(_perturbed(ParamSpec(randint=(1, 100)), 50)) == {40, 60}
+
+
+def test_an_integer_at_its_bound_stays_inside() -> None:
+    values = _perturbed(ParamSpec(randint=(3, 20)), 20)
+    assert set(values) == {16, 20}  # x1.2 clamped back to 20; x0.8 is 16
+
+
+def test_a_resampled_integer_is_an_integer_within_the_bounds() -> None:
+    values = _perturbed(ParamSpec(randint=(3, 20)), 10, p=1.0)
+    assert all(type(v) is int and 3 <= v <= 20 for v in values)
+    assert len(set(values)) > 10
+
+
+def test_a_quantized_value_moves_at_least_one_step_of_q() -> None:
+    # 128 * 1.2 = 153.6 and 128 * 0.8 = 102.4 both snap back to 128 on the grid of 64.
+    assert set(_perturbed(ParamSpec(quniform=(64, 1024, 64)), 128.0)) == {64.0, 192.0}
+
+
+def test_a_choice_moves_to_a_neighbour() -> None:
+    spec = ParamSpec(choice=[64, 128, 256, 512])
+    assert set(_perturbed(spec, 128)) == {64, 256}
+    # At an end the only neighbour, every time (Tune stays put half of the time).
+    assert set(_perturbed(spec, 512)) == {256}
+    assert set(_perturbed(spec, 64)) == {128}
+
+
+def test_a_boolean_choice_flips() -> None:
+    assert set(_perturbed(ParamSpec(choice=[False, True]), True)) == {False}
+
+
+def test_a_choice_is_resampled_from_its_values() -> None:
+    spec = ParamSpec(grid=["relu", "tanh", "elu"])
+    assert set(_perturbed(spec, "relu", p=1.0)) == {"relu", "tanh", "elu"}
+    # A value not in the list (an edited file, a resumed trial): resampled.
+    assert set(_perturbed(spec, "gelu")) <= {"relu", "tanh", "elu"}
+
+
+def test_a_continuous_value_is_multiplied_then_clamped() -> None:
+    values = _perturbed(ParamSpec(loguniform=(1e-5, 1e-2)), 0.009)
+    assert sorted(set(values)) == [pytest.approx(0.009 * 0.8), 1e-2]
+
+
+def test_explore_perturbs_only_the_searched_keys_of_a_copy() -> None:
+    space = {"num_epochs": ParamSpec(randint=(1, 30)), "act": ParamSpec(choice=["a", "b"])}
+    config = {"num_epochs": 2, "act": "a", "gamma": 0.99, "model": {"fcnet": [64]}}
+    random.seed(0)
+    new, operations = explore(config, space, resample_probability=0.0, factors=(1.2, 0.8))
+    assert new["num_epochs"] in (1, 3) and new["act"] == "b" and new["gamma"] == 0.99
+    assert new["model"] == config["model"] and new["model"] is not config["model"]
+    assert set(operations) == {"num_epochs", "act"}
+    assert config["num_epochs"] == 2  # the donor's config is untouched
+
+
+def test_the_experiments_pbt_explores_by_its_blocks(tmp_path: Path) -> None:
+    from tests.support.experiments import small_pbt, write_experiment
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.run.schedulers import WorkbenchPBT, scheduler
+
+    data = small_pbt(
+        tmp_path,
+        population=2,
+        training={"train_batch_size_per_learner": 256, "minibatch_size": 128},
+        search_space={"params": {"num_epochs": {"randint": [1, 30]}}},
+        scheduler={"type": "pbt", "quantile_fraction": 0.5, "resample_probability": 0.0},
+    )
+    pbt = scheduler(load_and_resolve(write_experiment(tmp_path / "pop.yaml", data)))
+    assert isinstance(pbt, WorkbenchPBT)
+
+    donor = SimpleNamespace(config={"num_epochs": 2, "lr": 0.001})
+    moved = {pbt._get_new_config(None, donor)[0]["num_epochs"] for _ in range(50)}
+    assert moved == {1, 3}

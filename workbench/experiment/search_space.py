@@ -12,7 +12,9 @@ Bounds are inclusive everywhere (``randint: [5, 20]`` can give 5 and 20).
 
 from __future__ import annotations
 
+import copy
 import math
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -135,6 +137,42 @@ class ParamSpec(BaseModel):
             clamped = min(max(index * q, low), high)
         return clamped
 
+    def perturb(
+        self, value: Any, *, resample_probability: float, factors: tuple[float, ...]
+    ) -> tuple[Any, str]:
+        """PBT's explore step for one value: the new value and what was done (Tune's
+        words). Python's ``random`` draws, as Tune's PBT does (seeded per experiment).
+
+        - continuous: resampled from the block, or multiplied by one of ``factors``;
+        - randint and quantized blocks: the same, but a multiplication that rounds back to
+          the same value moves one integer (one step q) in its direction instead: Tune's
+          own rounding keeps num_epochs=2 at 2 under x0.8 and x1.2 forever;
+        - choice and grid (an ordered list): resampled from the list, or moved to a
+          neighbour, at either end the only one (Tune shifts off the end and stays put
+          half the time there); a value not in the list is resampled.
+        Every result is clamped back into the block.
+        """
+        if self.categorical:
+            values = list(getattr(self, self.kind))
+            if value not in values or random.random() < resample_probability:
+                return random.choice(values), "resample"
+            if len(values) == 1:
+                return value, "shift (noop)"
+            index = values.index(value)
+            step = random.choice([-1, 1])
+            if not 0 <= index + step < len(values):
+                step = -step  # the only neighbour at an end
+            return values[index + step], f"shift {'left' if step < 0 else 'right'}"
+        if random.random() < resample_probability:
+            return self.clamp(self.domain().sample(None)), "resample"
+        factor = random.choice(factors)
+        moved = self.clamp(float(value) * factor)
+        if self.kind == "randint" or self.quniform or self.qloguniform:
+            unit = 1.0 if self.kind == "randint" else getattr(self, self.kind)[2]
+            if moved == self.clamp(value) and factor != 1:
+                moved = self.clamp(float(value) + (unit if factor > 1 else -unit))
+        return moved, f"* {factor}"
+
     def describe(self) -> str:
         return f"{self.kind} {list(getattr(self, self.kind))}"
 
@@ -155,6 +193,25 @@ def clamp_config(config: dict[str, Any], space: Mapping[str, ParamSpec]) -> dict
         if key in config:
             config[key] = spec.clamp(config[key])
     return config
+
+
+def explore(
+    config: dict[str, Any],
+    space: Mapping[str, ParamSpec],
+    *,
+    resample_probability: float,
+    factors: tuple[float, ...],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """PBT's explore step over a whole config (a copy): every searched key perturbed by
+    its block (`ParamSpec.perturb`), the rest as they are; and what was done per key."""
+    new = copy.deepcopy(config)
+    operations: dict[str, str] = {}
+    for key, spec in space.items():
+        if key in new:
+            new[key], operations[key] = spec.perturb(
+                new[key], resample_probability=resample_probability, factors=factors
+            )
+    return new, operations
 
 
 def search_space_dirs(experiment_file: Path | None) -> list[Path]:

@@ -23,7 +23,7 @@ from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
 
 from workbench.experiment.resolve import ResolvedExperiment
-from workbench.experiment.search_space import ParamSpec, clamp_config
+from workbench.experiment.search_space import ParamSpec, clamp_config, explore
 from workbench.names import SCORE_METRIC
 from workbench.run.optuna_study import StudySearch
 from workbench.run.replay import replay_scheduler
@@ -293,7 +293,22 @@ class FreshExploits:
 class WorkbenchPBT(
     FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PopulationBasedTraining
 ):
-    pass
+    # The experiment's search space: explores by its blocks (ParamSpec.perturb: integers
+    # and quantized values always move, lists move to a neighbour); Tune's explore
+    # without one.
+    _space: dict[str, ParamSpec] | None = None
+
+    def _get_new_config(
+        self, trial: Any, trial_to_clone: Any
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self._space is None:
+            return super()._get_new_config(trial, trial_to_clone)  # type: ignore[no-any-return]
+        return explore(
+            trial_to_clone.config,
+            self._space,
+            resample_probability=self._resample_probability,
+            factors=tuple(self._perturbation_factors),
+        )
 
 
 class WorkbenchPB2(FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
@@ -352,6 +367,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             require_attrs=False,
         )
         pbt._hyperparam_keys = tuple(space)
+        pbt._space = dict(space)
         return pbt
     if section.type == "pb2":
         pb2 = WorkbenchPB2(
