@@ -212,7 +212,8 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
 ) -> None:
     """A logger with its own terminal handler (as Ray's and MLflow's are), one that
     propagates to the root (Python's last resort), and a warning: none on the console;
-    all in workbench.log, those from before the folder existed too."""
+    all in workbench.log, those from before the folder existed too. The workbench's own
+    warnings stay on the console as well."""
     library = logging.getLogger("fake_ray")
     library.addHandler(logging.StreamHandler(sys.stderr))
     library.propagate = False
@@ -227,10 +228,13 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
                 warnings.simplefilter("always")
                 warnings.warn("deprecated thing", UserWarning, stacklevel=1)
             library.warning("Saving experiment state failed")
+            logging.getLogger("workbench.tracking.writer").warning("MLflow refused Result")
         assert library.handlers == before and library.propagate is False
         captured = capfd.readouterr()
-        assert captured.err == "" and captured.out == ""
+        # Only the workbench's own warning is on the console (in the file too).
+        assert captured.err == "workbench: MLflow refused Result\n" and captured.out == ""
         log = (tmp_path / LOG_FILE).read_text()
+        assert "MLflow refused Result" in log
         for text in ("Started a local Ray", "Cannot find metric", "deprecated thing", "Saving"):
             assert text in log
         # --verbose: on the console as well.

@@ -81,11 +81,18 @@ class LibraryLogs:
         self._taken: dict[logging.Logger, tuple[list[logging.Handler], bool]] = {}
         self._ours: set[logging.Logger] = set()  # the taken loggers that write to ours
         self._captured_warnings = False
+        self._own: logging.Handler | None = None  # the workbench's warnings on stderr
 
     def __enter__(self) -> LibraryLogs:
         self._captured_warnings = not getattr(logging, "_warnings_showwarning", None)
         logging.captureWarnings(True)
         self.take_over()
+        # The workbench's own warnings (MLflow refused a write, a checkpoint could not be
+        # deleted) stay on the console as well; --verbose shows them already.
+        if not self.verbose:
+            self._own = _Stderr(logging.WARNING)
+            self._own.setFormatter(logging.Formatter("workbench: %(message)s"))
+            logging.getLogger("workbench").addHandler(self._own)
         return self
 
     def take_over(self, also_import: tuple[str, ...] = ()) -> None:
@@ -156,6 +163,8 @@ class LibraryLogs:
                 logger.addHandler(handler)
             logger.propagate = propagate
         self._taken.clear()
+        if self._own is not None:
+            logging.getLogger("workbench").removeHandler(self._own)
         self._ours.clear()
         if self._captured_warnings:
             logging.captureWarnings(False)
