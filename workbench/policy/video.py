@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import imageio.v2 as imageio_v2
 import imageio.v3 as iio
+import imageio_ffmpeg
 import numpy as np
 import torch
 
@@ -118,6 +119,10 @@ def record_video(
                 video.returns.append(total)
                 video.lengths.append(steps)
         rate = fps or float(env.metadata.get("render_fps") or DEFAULT_FPS)
+    except gym.error.DependencyNotInstalled as err:  # Gymnasium's renderers need pygame
+        raise ExperimentError.single(
+            source, "--video", f"{checkpoint.env_id} cannot render here: {err}"
+        ) from None
     finally:
         env.close()
     _write(path, frames, rate)
@@ -156,10 +161,11 @@ def read_video(path: Path) -> tuple[int, int, int]:
     if path.suffix.lower() == ".gif":
         frames = iio.imread(path, index=None, extension=".gif")
         return int(frames.shape[0]), int(frames.shape[1]), int(frames.shape[2])
-    reader: Any = imageio_v2.get_reader(path, format="FFMPEG")
+    # ffmpeg decodes the whole file to count its frames: a file a player can play.
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(str(path))
+    reader = imageio_ffmpeg.read_frames(str(path))
     try:
-        count = sum(1 for _ in reader)  # decodes every frame: a file a player can play
-        width, height = reader.get_meta_data()["size"]
+        width, height = next(reader)["size"]  # the stream's metadata comes first
     finally:
         reader.close()
-    return count, int(height), int(width)
+    return int(frames), int(height), int(width)
