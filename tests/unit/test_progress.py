@@ -245,3 +245,12 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
         assert "--- workbench resume" in (tmp_path / LOG_FILE).read_text()
     finally:
         library.handlers = []
+
+
+def test_run_and_resume_take_verbose() -> None:
+    from workbench.cli.main import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["run", "x.yaml", "--verbose"]).verbose is True
+    assert parser.parse_args(["resume", "results/x", "-v"]).verbose is True
+    assert parser.parse_args(["run", "x.yaml"]).verbose is False
