@@ -89,11 +89,23 @@ def shown(value: object) -> str:
     return num(value) if isinstance(value, float) else str(value)
 
 
-def when(ms: int | None) -> str:
-    """An MLflow timestamp (ms since the epoch) in local time; "-" for none."""
+def when(ms: int | None, *, short: bool = False) -> str:
+    """An MLflow timestamp (ms since the epoch) in local time (``short``: to the minute,
+    without the year); "-" for none."""
     if not ms:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(ms / 1000).strftime(
+        "%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S"
+    )
+
+
+def param_text(text: str) -> str:
+    """An MLflow param (text) as `num` shows a number, when it is one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return num(value) if math.isfinite(value) else text
 
 
 def wrapped(lines: list[str], width: int | None) -> list[str]:

@@ -29,6 +29,7 @@ from workbench.cli.format import (
     mean_std,
     metric_groups,
     num,
+    param_text,
     shown,
     table,
     terminal_width,
@@ -272,13 +273,14 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                     str(len(pop.trials)),
                     num(best.best_return if best else None),
                     best.name if best else "-",
-                    when(pop.start_ms),
-                    pop.run_id,
+                    when(pop.start_ms) if args.wide else when(pop.start_ms, short=True),
+                    *([pop.run_id] if args.wide else []),
                 ]
             )
         print(f"Populations in {uri}:")
         headers = ["population", "experiment", "status", "trials", "best score", "best trial"]
-        print(table([*headers, "started", "run id"], rows, width=_width(args)))
+        more = ["started", "run id"] if args.wide else ["started"]  # run ids: --json, --wide
+        print(table([*headers, *more], rows, width=_width(args)))
         return 0
     pop = find_population(client, ref, uri)
     if args.json:
@@ -324,11 +326,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
         f"Trial {trial.name} ({trial.trial_id}) of population {detail.population.name}: "
         f"{trial.status}"
     )
-    print(f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}")
+    ran = f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}"
+    print("\n".join(wrapped([ran], width)))
     print(f"  best {trial.score_metric} = {num(trial.best_return, 6)}")
     if trial.error is not None:
         print("  error: " + trial.error.strip().splitlines()[-1])
-    initial = {k: v for k, v in trial.params.items() if k != "trial_id"}
+    # params: the initial values (MLflow's params cannot change), and trial_id, said above.
+    initial = {k: param_text(v) for k, v in trial.params.items() if k != "trial_id"}
     final = trial.hyperparameters()
     if initial or final:
         print("Hyperparameters (initial -> final where they changed):")
