@@ -389,6 +389,22 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.analysis.compare import compare, comparison_rows, plot_comparison
+
+    uri, client = _store(args)
+    curves = compare(client, args.populations, uri)
+    path = plot_comparison(curves, args.output)
+    if args.json:
+        _print_json([c.to_json() for c in curves])
+    else:
+        headers, rows = comparison_rows(curves)
+        print(f"Populations in {uri}:")
+        print(table(headers, rows, width=_width(args)))
+    print(f"Curves and evaluations drawn to {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     from workbench.analysis.diagnosis import diagnose_target
     from workbench.analysis.timeline import capture_population
@@ -1012,6 +1028,32 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         "--no-log",
         action="store_true",
         help="do not log the policy as an MLflow model to its trial run (logged by default)",
+    )
+
+    compare = add(
+        "compare",
+        "populations side by side: best-score curves against env steps, final evaluations",
+        [
+            "workbench compare cartpole_pbt_20260130-141502 cartpole_asha_optuna_20260130-150210",
+            "workbench compare POP_A POP_B POP_C -o pbt_vs_asha.png --json",
+        ],
+        handler=_cmd_compare,
+        shared=["store", "json", "wide"],
+    )
+    compare.add_argument(
+        "populations",
+        nargs="+",
+        metavar="POPULATION",
+        help="populations by name, parent run id, or MLflow experiment (its newest)",
+    )
+    _path(
+        compare.add_argument(
+            "-o",
+            "--output",
+            default="comparison.png",
+            metavar="FILE",
+            help="the PNG to draw (default comparison.png)",
+        )
     )
 
     ui = add(
