@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import logging.handlers
 import pickle
 import sys
 import warnings
@@ -254,3 +255,36 @@ def test_run_and_resume_take_verbose() -> None:
     assert parser.parse_args(["run", "x.yaml", "--verbose"]).verbose is True
     assert parser.parse_args(["resume", "results/x", "-v"]).verbose is True
     assert parser.parse_args(["run", "x.yaml"]).verbose is False
+
+
+def test_the_schedulers_read_tunes_controller_without_its_restricted_api_warning() -> None:
+    """Tune wraps the controller it hands schedulers; reading ``_checkpoint_manager`` or
+    ``_cached_trial_decisions`` through the wrapper logs Ray's warning (once a process)."""
+    import ray.util.debug
+    from ray.tune.execution.tune_controller import TrialRunnerWrapper
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import TrialScheduler
+
+    from workbench.run.scheduler_state import controller_of
+    from workbench.run.schedulers import drop_stop_cached_by_pause
+
+    controller = SimpleNamespace(
+        _cached_trial_decisions={"t1": TrialScheduler.STOP}, _checkpoint_manager=object()
+    )
+    wrapper = TrialRunnerWrapper(controller, trial_executor=None)  # type: ignore[arg-type]
+    seen = logging.handlers.BufferingHandler(100)
+    ray_logger = logging.getLogger("ray.tune.execution.tune_controller")
+    ray_logger.addHandler(seen)
+    logged = set(ray.util.debug._logged)
+    ray.util.debug._logged.clear()
+    try:
+        assert controller_of(wrapper) is controller and controller_of(controller) is controller
+        assert drop_stop_cached_by_pause(
+            wrapper, SimpleNamespace(trial_id="t1", status=Trial.PAUSED)
+        )
+        assert not seen.buffer
+        wrapper._checkpoint_manager  # noqa: B018 (the fall: Ray's warning, as Tune reads it)
+        assert "restricted" in seen.buffer[0].getMessage()
+    finally:
+        ray_logger.removeHandler(seen)
+        ray.util.debug._logged.update(logged)

@@ -14,6 +14,15 @@ from ray.tune.schedulers import (
 TIME_ATTR = "training_iteration"
 
 
+def controller_of(tune_controller: Any) -> Any:
+    """The controller itself. Tune hands schedulers a ``TrialRunnerWrapper`` that logs
+    "You are trying to access <name> interface of TrialRunner in TrialScheduler, which is
+    being restricted" at the first attribute outside its list; the workbench reads two
+    on purpose (the checkpoint manager below, the cached decisions in
+    ``schedulers.drop_stop_cached_by_pause``), through the controller it wraps."""
+    return getattr(tune_controller, "_tune_controller", tune_controller)
+
+
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, bool | int | float | str)
 
@@ -50,7 +59,7 @@ class ResumableScheduler:
             trial._restore_checkpoint_result = None
         super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
         self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
-        manager = getattr(tune_controller, "_checkpoint_manager", None)
+        manager = getattr(controller_of(tune_controller), "_checkpoint_manager", None)
         if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
             manager._sync_every_n_trial_checkpoints = 1
         if self._restored is not None:

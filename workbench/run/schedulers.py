@@ -27,7 +27,7 @@ from workbench.experiment.search_space import ParamSpec, clamp_config, explore
 from workbench.names import SCORE_METRIC
 from workbench.run.optuna_study import StudySearch
 from workbench.run.replay import replay_scheduler
-from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
+from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ class NoStopAfterSave:
 
 def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
     """Drops a STOP that pausing ``trial`` cached while it was saving; True if one was."""
-    decisions = getattr(tune_controller, "_cached_trial_decisions", None)
+    decisions = getattr(controller_of(tune_controller), "_cached_trial_decisions", None)
     if (
         isinstance(decisions, dict)
         and decisions.get(trial.trial_id) == TrialScheduler.STOP
