@@ -288,3 +288,50 @@ def test_the_schedulers_read_tunes_controller_without_its_restricted_api_warning
     finally:
         ray_logger.removeHandler(seen)
         ray.util.debug._logged.update(logged)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_one_table_redrawn_in_place_with_exploits_above_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.support.terminal import screen
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "100")
+    out = _Terminal()
+    table = _table(goal=StopGoal({"training_iteration": 2}, wall_time_s=300, population=2))
+    table.title = "pop (PPO, PBT)"
+    trials = [_trial(1, lr=1e-3, **{"lambda": 0.9}), _trial(0, lr=2e-3, **{"lambda": 0.9})]
+    with table.showing(out):
+        for iteration in (1, 2):
+            for trial in trials:
+                table.on_step(0, trials)
+                table.on_trial_start(0, [], trial)
+                table.on_trial_result(0, [], trial, _result(iteration, 9.0, trial.config))
+                table._view.live.refresh()  # type: ignore[union-attr]
+            if iteration == 1:
+                table.on_exploit(
+                    {
+                        "target": trials[0].trial_id,
+                        "source": trials[1].trial_id,
+                        "exploit_iteration": 1,
+                        "old": {"lr": 1e-3},
+                        "new": {"lr": 2.4e-3},
+                    }
+                )
+        for trial in trials:
+            table.on_trial_complete(0, [], trial)
+    output = out.getvalue()
+    assert output.count("\x1b[1A") >= 4  # drawn again over itself, not below
+    seen = screen(output, 100)
+    assert seen[0] == "PPO_00001 <- PPO_00000 @ it 1: lr 0.001 -> 0.0024"
+    assert seen[1].startswith("pop (PPO, PBT) 0:00 elapsed 5:00 left") and "100%" in seen[1]
+    assert seen[2].split()[:2] == ["trial", "status"]
+    assert [line.split()[:3] for line in seen[3:]] == [
+        ["PPO_00000", "TERMINATED", "2"],
+        ["PPO_00001", "TERMINATED", "2"],
+    ]

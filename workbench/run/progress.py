@@ -282,7 +282,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
 
     def table_lines(self) -> list[str]:
         """The table as plain text: a header and one line per trial."""
-        headers, rows = self._cells()
+        headers, rows = self._cells(self.rows())
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
         right = {2, 3, 4, 5}
 
@@ -314,8 +314,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         parts.append(f"{running} running, {sum(r.status in _DONE for r in rows)} done")
         return " | ".join(parts)
 
-    def _cells(self) -> tuple[list[str], list[list[str]]]:
-        rows = self.rows()
+    def _cells(self, rows: list[TrialRecord]) -> tuple[list[str], list[list[str]]]:
         score = any(r.return_metric == SCORE_METRIC for r in rows)
         names = list(self.hyperparameters.values())
         headers = ["trial", "status", "iter", "env steps", "score" if score else "return", "best"]
@@ -484,7 +483,7 @@ class _LiveView(_View):
             ProgressBar(total=1.0, completed=done, width=24),
             Text(f"{done:4.0%} toward {table.goal.describe()}"),
         )
-        headers, cells = table._cells()
+        headers, cells = table._cells(rows)
         grid = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
         for i, header in enumerate(headers):
             grid.add_column(header, justify="right" if i in (2, 3, 4, 5) else "left")
