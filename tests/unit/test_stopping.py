@@ -6,7 +6,7 @@ import math
 import pickle
 from pathlib import Path
 
-from workbench.names import RETURN_METRIC
+from workbench.names import EVAL_RETURN_METRIC, RETURN_METRIC
 from workbench.run import stopping
 from workbench.run.stopping import RulesStopper
 
@@ -63,3 +63,22 @@ def test_a_stopper_unpickled_where_its_population_runs_is_the_live_one(tmp_path:
     stopping._LIVE.pop(key)
     copy = pickle.loads(snapshot)
     assert copy is not fresh and copy.reached_by == "t0" and copy.stop_all()
+
+
+def test_a_return_target_is_met_by_the_confirming_evaluation_not_by_the_score() -> None:
+    stopper = RulesStopper({EVAL_RETURN_METRIC: 475.0}, all_at_return=True)
+    assert stopper.all_at_return
+    high_score = {"training_iteration": 9, "score": {"return_mean": 490.0, "episodes": 20.0}}
+    assert not stopper("a", high_score)  # no evaluation in this result: not reached
+    refused = {**high_score, "eval": {"return_mean": 423.1, "return_std": 61.0, "episodes": 100.0}}
+    assert not stopper("a", refused) and not stopper.stop_all()
+    passed = {**high_score, "eval": {"return_mean": 500.0, "return_std": 0.0, "episodes": 100.0}}
+    assert stopper("a", passed) and stopper.stop_all()
+    assert stopper.reached[EVAL_RETURN_METRIC] == 500.0
+
+
+def test_a_snapshot_from_before_the_score_still_unpickles(tmp_path: Path) -> None:
+    # Snapshots pickled four arguments and ruled on the per-iteration mean.
+    old = stopping._unpickle(str(tmp_path / "old"), {RETURN_METRIC: 100.0}, True, "t0")
+    assert old.stop_all() and old.reached_by == "t0" and old.reached == {}
+    stopping._LIVE.pop(str(tmp_path / "old"))
