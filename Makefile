@@ -40,14 +40,12 @@ $(STAMP)/ext: $(STAMP)/deps $(CSRC) $(PYSRC)
 	$(PIP) install --quiet --no-build-isolation --no-deps -e .
 	@mv $@.start $@
 
-# The main experiment, as a new population each time (a folder that holds a run is
-# never overwritten: `workbench resume` continues it). All of them share the MLflow
-# store results/mlflow.db and its experiment cartpole_pbt, so `workbench runs` and
-# `workbench ui` show every one without options.
-RUN_ID := $(shell date +%Y%m%d-%H%M%S)
+# The main experiment, as a new population each time: `workbench run` names it
+# cartpole_pbt_<YYYYMMDD-HHMMSS> (`workbench resume cartpole_pbt` continues the newest).
+# All of them share the MLflow store results/mlflow.db and its experiment cartpole_pbt,
+# so `workbench runs` and `workbench ui` show every one without options.
 run: setup
-	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results \
-		--set name=cartpole_pbt-$(RUN_ID) --set tracking.experiment=cartpole_pbt
+	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results
 
 demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096
@@ -71,9 +69,15 @@ test-%: setup
 
 test-browser: test-deps
 
+# The box2d extra (pyproject.toml): the LunarLander experiment's test runs where it is
+# installed, and CI installs it here.
+$(STAMP)/box2d: pyproject.toml | $(PY)
+	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['box2d'])")
+	@mkdir -p $(STAMP) && touch $@
+
 # The browser tier (tests/browser) drives headless Chromium: Debian's chromium package,
 # installed here when `chromium` is not on PATH (as root or with passwordless sudo).
-test-deps:
+test-deps: $(STAMP)/box2d
 	@command -v chromium >/dev/null 2>&1 && exit 0; \
 	if [ "$$(id -u)" = 0 ]; then SUDO=; \
 	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO=sudo; \

@@ -196,6 +196,24 @@ def metric_groups(keys: Iterable[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def aligned(rows: list[list[str]]) -> str:
-    """Rows as columns two spaces apart, without a header line."""
-    return table([""] * len(rows[0]), rows).split("\n", 1)[1] if rows else ""
+def aligned(rows: list[list[str]], width: int | None = None) -> str:
+    """(name, value) rows as two columns, without a header line; within ``width`` a name
+    too long to share a line with the values has its value on the next line, under the
+    others'."""
+    if not rows:
+        return ""
+    if width is not None:
+        values = max(len(v) for _, v in rows)
+        room = width - values - 2
+        short = [n for n, _ in rows if len(n) <= room]
+        if len(short) < len(rows) and short:
+            column = max(len(n) for n in short)
+            out = []
+            for name, value in rows:
+                if len(name) <= room:
+                    out.append(f"{name.ljust(column)}  {value}".rstrip())
+                else:
+                    lead = len(name) - len(name.lstrip(" "))
+                    out += [name, " " * max(column + 2, lead + 2) + value]
+            return "\n".join(out)
+    return table(["", ""], rows).split("\n", 1)[1]

@@ -322,12 +322,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
     width = _width(args)
     trial = detail.trial
-    print(
-        f"Trial {trial.name} ({trial.trial_id}) of population {detail.population.name}: "
-        f"{trial.status}"
-    )
+    title = f"Trial {trial.name} ({trial.trial_id}) of population {detail.population.name}: "
     ran = f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}"
-    print("\n".join(wrapped([ran], width)))
+    print("\n".join(wrapped([title + trial.status, ran], width)))
     print(f"  best {trial.score_metric} = {num(trial.best_return, 6)}")
     if trial.error is not None:
         print("  error: " + trial.error.strip().splitlines()[-1])
@@ -340,14 +337,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
         for key in sorted(set(initial) | set(final)):
             first, last = initial.get(key, "-"), shown(final.get(key))
             rows.append(["  " + key, first if last in (first, "-") else f"{first} -> {last}"])
-        print(aligned(rows))
+        print(aligned(rows, width))
     groups = metric_groups(trial.metrics)
     shown_groups = groups if args.wide else groups[:FIRST_GROUPS]
     print("Final metrics:")
     for group, keys in shown_groups:
         print(f"  {group}:")
         rows = [["    " + k, shown(metric_value(k, trial.metrics[k]))] for k in keys]
-        print(aligned(rows))
+        print(aligned(rows, width))
     hidden = groups[len(shown_groups) :]
     if hidden:
         counts = ", ".join(f"{len(keys)} {group}" for group, keys in hidden)
