@@ -248,6 +248,11 @@ def _check_env(
         return None, None
     try:
         env = gym.make(env_id, **config)
+    except gym.error.DependencyNotInstalled as err:
+        # A third-party env's package (LunarLander's Box2D: the project's box2d extra).
+        hint = " (pip install -e '.[box2d]')" if "box2d" in str(err).lower() else ""
+        problems.append(Problem(where, "env.id", f"{env_id} cannot be built here: {err}{hint}"))
+        return None, None
     except (TypeError, ValueError, AssertionError) as err:
         # The env's own checks (sim_ext names the valid keys), or Gymnasium's asserts.
         problems.append(Problem(where, "env.config", str(err) or type(err).__name__))
