@@ -26,7 +26,26 @@ Learning (``--seeds``): per seed, ``rllib_example`` and ``workbench`` each train
 fresh build until the iteration's mean return reaches 475 (or the budget): env steps and
 wall seconds to 475. Throughput means nothing if learning per env step got worse.
 
+RL Zoo's hyperparameters (``--zoo-seeds``): RL Zoo's tuned PPO for CartPole-v1 (8 envs x 32
+steps, minibatch 256, 20 epochs, gae_lambda 0.8, gamma 0.98, lr 1e-3 and clip 0.2 decaying
+linearly to 0 over 1e5 steps; SB3's defaults where RLlib's differ: vf_loss_coeff 0.5,
+grad_clip 0.5, no KL term, no value clipping) in three arms, per seed in turn:
+
+* ``zoo_workbench``: a workbench experiment with those values (the lean learner, the fast
+  runner, the small-env networks: one workbench trial);
+* ``zoo_rllib_learner``: the same experiment run by RLlib's own ``Learner.update`` loop and
+  PPO loss (``learner_config_dict: {lean_learner: false}``: the lean learner class with its
+  loop switched off, which gives RLlib's loss the scheduled clip; RLlib's own learner class
+  has no clip schedule): learning parity per env step;
+* ``sb3``: Stable-Baselines3 with RL Zoo's own entry (`benchmarks/sb3_cartpole.py` in RL
+  Zoo's virtualenv, ``make zoo-venv``; ``--zoo-python``).
+
+Each until the mean return of the episodes that ended in a block of 4,000 env steps
+(`zoo_reference.Crossing`) reaches 475: wall seconds (from the first update, the algorithm
+built) and env steps. All on the same one core.
+
     .venv/bin/python benchmarks/end_to_end.py [--rounds 5] [--iterations 3] [--seeds 0,1,2]
+    .venv/bin/python benchmarks/end_to_end.py --rounds 0 --seeds '' --zoo-seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -46,7 +65,15 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/end_to_end.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import command_line, interleaved, median_min_max, pin_to_one_cpu, spread
+from benchmarks.common import (
+    ROOT,
+    command_line,
+    interleaved,
+    median_min_max,
+    pin_to_one_cpu,
+    spread,
+)
+from benchmarks.zoo_reference import Crossing
 
 # rllib/tuned_examples/ppo/cartpole_ppo.py (Ray 2.60)
 EXAMPLE_TRAINING: dict[str, Any] = {"lr": 3e-4, "num_epochs": 6, "vf_loss_coeff": 0.01}
@@ -59,6 +86,25 @@ ENVS = 8
 BATCH = 4000  # RLlib's PPO default train batch, which the example keeps
 ARMS = ("rllib_example", "rllib_example_sim_ext", "fast_runner_only", "workbench")
 LEARNING_ARMS = ("rllib_example", "workbench")
+# RL Zoo's hyperparams/ppo.yml for CartPole-v1, in RLlib's names; SB3's defaults where
+# RLlib's differ (vf_coef 0.5, max_grad_norm 0.5, no KL penalty, no value clipping).
+ZOO_STEPS = 100_000  # RL Zoo's n_timesteps: the linear schedules reach 0 there
+ZOO_TRAINING: dict[str, Any] = {
+    "train_batch_size_per_learner": 256,
+    "minibatch_size": 256,
+    "num_epochs": 20,
+    "lambda_": 0.8,
+    "gamma": 0.98,
+    "lr": [[0, 1e-3], [ZOO_STEPS, 0.0]],
+    "clip_param": [[0, 0.2], [ZOO_STEPS, 0.0]],
+    "entropy_coeff": 0.0,
+    "vf_loss_coeff": 0.5,
+    "grad_clip": 0.5,
+    "use_kl_loss": False,
+    "vf_clip_param": 1e9,
+}
+ZOO_ARMS = ("zoo_workbench", "zoo_rllib_learner", "sb3")
+ZOO_BLOCK = 4000
 
 
 def example_config(env: str, *, fast: bool, seed: int, batch: int) -> Any:
@@ -86,9 +132,15 @@ def example_config(env: str, *, fast: bool, seed: int, batch: int) -> Any:
     return config
 
 
-def workbench_config(seed: int, batch: int, folder: Path) -> Any:
-    """The example's hyperparameters in a workbench experiment, built as `workbench run`
-    builds a trial's config (everything else: the workbench's defaults)."""
+def workbench_config(
+    seed: int,
+    batch: int,
+    folder: Path,
+    training: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Any:
+    """The example's hyperparameters (or `training`) in a workbench experiment, built as
+    `workbench run` builds a trial's config (everything else: the workbench's defaults)."""
     import yaml
 
     from workbench.experiment.resolve import load_and_resolve
@@ -98,12 +150,13 @@ def workbench_config(seed: int, batch: int, folder: Path) -> Any:
         "name": "end_to_end",
         "algorithm": "PPO",
         "env": {"id": "sim_ext/CartPole-v1"},
-        "training": {**EXAMPLE_TRAINING, "train_batch_size_per_learner": batch},
+        "training": training or {**EXAMPLE_TRAINING, "train_batch_size_per_learner": batch},
         "resources": {"env_runners": {"count": 0, "envs_per_runner": ENVS}},
         "stop": {"return_mean": 475},
         "population": 1,
         "seed": seed,
         "storage": str(folder),
+        **fields,
     }
     path = folder / "end_to_end.yaml"
     path.write_text(yaml.safe_dump(experiment, sort_keys=False))
@@ -122,6 +175,13 @@ def builder(arm: str, batch: int, folder: Path) -> Callable[[int], Any]:
         return lambda seed: example_config(sim, fast=True, seed=seed, batch=batch)
     if arm == "workbench":
         return lambda seed: workbench_config(seed, batch, folder)
+    if arm == "zoo_workbench":
+        return lambda seed: workbench_config(seed, batch, folder, ZOO_TRAINING)
+    if arm == "zoo_rllib_learner":
+        # RLlib's own update loop and loss (with the clip schedule: RLlib's learner class
+        # has none), through the lean learner class with its loop switched off.
+        training = {**ZOO_TRAINING, "learner_config_dict": {"lean_learner": False}}
+        return lambda seed: workbench_config(seed, batch, folder, training)
     raise ValueError(arm)
 
 
@@ -172,6 +232,102 @@ def time_to_target(
     return None, time.perf_counter() - start, best, iterations
 
 
+def time_to_block_target(
+    algo: Any, target: float, block: int, max_steps: int, max_s: float
+) -> tuple[int | None, float | None, float]:
+    """Trains until the episodes that ended in a block of `block` env steps have a mean
+    return of at least `target` (`zoo_reference.Crossing`, fed each iteration's mean
+    return once per episode that ended in it): (env steps, seconds, best block mean)."""
+    crossing = Crossing(target, block=block)
+    start = time.perf_counter()
+    steps = 0
+    while steps < max_steps and time.perf_counter() - start < max_s:
+        result = algo.train()
+        steps = int(result["num_env_steps_sampled_lifetime"])
+        runners = result["env_runners"]
+        episodes = int(runners.get("num_episodes", 0) or 0)
+        mean = runners.get("episode_return_mean")
+        finished = [float(mean)] * episodes if episodes and mean == mean else []
+        if crossing.add(finished, steps):
+            return steps, time.perf_counter() - start, crossing.best
+    return None, None, crossing.best
+
+
+def sb3_run(python: str, seed: int, target: float, max_steps: int, max_s: float) -> dict[str, Any]:
+    """benchmarks/sb3_cartpole.py in RL Zoo's virtualenv (this process's CPU pinning is
+    inherited): its JSON line."""
+    import subprocess
+
+    command = [
+        python,
+        str(ROOT / "benchmarks" / "sb3_cartpole.py"),
+        f"--seed={seed}",
+        f"--target={target}",
+        f"--block={ZOO_BLOCK}",
+        f"--max-steps={max_steps}",
+        f"--max-seconds={max_s}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    figures: dict[str, Any] = json.loads(lines[-1])
+    return figures
+
+
+def zoo_learning(args: argparse.Namespace, folder: Path, out: dict[str, Any]) -> None:
+    seeds = [int(s) for s in args.zoo_seeds.split(",") if s.strip()]
+    arms = tuple(a.strip() for a in args.zoo_arms.split(",") if a.strip())
+    unknown = set(arms) - set(ZOO_ARMS)
+    if unknown:
+        raise SystemExit(f"--zoo-arms: unknown {sorted(unknown)}; valid: {', '.join(ZOO_ARMS)}")
+    print(
+        f"\nRL Zoo's CartPole hyperparameters: time to a {ZOO_BLOCK:,}-step block mean of "
+        f"{args.target:g}, per seed (seconds from the first update)"
+    )
+    print(f"{'seed':>4} {'arm':<18} {'env steps':>10} {'seconds':>8} best")
+    for seed in seeds:
+        order = arms if seed % 2 == 0 else arms[::-1]
+        for arm in order:
+            if arm == "sb3":
+                figures = sb3_run(
+                    args.zoo_python, seed, args.target, args.max_steps, args.max_seconds
+                )
+                steps, seconds, best = figures["env_steps"], figures["seconds"], figures["best"]
+            else:
+                algo = build(builder(arm, 256, folder)(seed))
+                try:
+                    steps, seconds, best = time_to_block_target(
+                        algo, args.target, ZOO_BLOCK, args.max_steps, args.max_seconds
+                    )
+                finally:
+                    algo.stop()
+            shown = f"{steps:,}" if steps is not None else "-"
+            took = f"{seconds:.1f}" if seconds is not None else "-"
+            print(f"{seed:>4} {arm:<18} {shown:>10} {took:>8} {best:.1f}", flush=True)
+            out["zoo"].append(
+                {"seed": seed, "arm": arm, "env_steps": steps, "seconds": seconds, "best": best}
+            )
+    print("\nmedian [min-max] over seeds, runs that reached the target")
+    for arm in arms:
+        runs = [r for r in out["zoo"] if r["arm"] == arm and r["seconds"] is not None]
+        print(
+            f"{arm:<18} reached {len(runs)}/{len(seeds)}: env steps "
+            f"{spread([r['env_steps'] for r in runs], ',.0f')}, seconds "
+            f"{spread([r['seconds'] for r in runs])}"
+        )
+    per_seed: dict[int, dict[str, Any]] = {}
+    for r in out["zoo"]:
+        per_seed.setdefault(r["seed"], {})[r["arm"]] = r["seconds"]
+    ratios = [
+        arms["zoo_workbench"] / arms["sb3"]
+        for arms in per_seed.values()
+        if arms.get("zoo_workbench") and arms.get("sb3")
+    ]
+    if ratios:
+        print(f"zoo_workbench / sb3 wall time, per seed: {spread(ratios, '.2f', 'x')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -183,6 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help="train batch (the test: less)")
     parser.add_argument("--core", type=int, default=None, help="pin to this CPU (default: last)")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--zoo-seeds", default="", help="RL Zoo's hyperparameters: workbench, RLlib, SB3"
+    )
+    parser.add_argument(
+        "--zoo-python",
+        default=str(ROOT / ".venv-zoo" / "bin" / "python"),
+        help="RL Zoo's virtualenv's python (make zoo-venv), for the SB3 arm",
+    )
+    parser.add_argument("--zoo-arms", default=",".join(ZOO_ARMS), help="which of them")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -199,8 +364,19 @@ def main(argv: list[str] | None = None) -> int:
         f"ray {ray.__version__}, one core (#{core}), {ENVS} envs, train batch {args.batch}, "
         f"{args.rounds} interleaved rounds of {args.iterations} iterations per arm"
     )
-    out: dict[str, Any] = {"throughput": [], "learning": []}
+    out: dict[str, Any] = {"throughput": [], "learning": [], "zoo": []}
+    if args.rounds > 0:
+        throughput(args, folder, out)
+    learning(args, folder, out)
+    if args.zoo_seeds.strip():
+        zoo_learning(args, folder, out)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    ray.shutdown()
+    return 0
 
+
+def throughput(args: argparse.Namespace, folder: Path, out: dict[str, Any]) -> None:
     algos = {arm: build(builder(arm, args.batch, folder)(0)) for arm in ARMS}
     try:
         for arm in ARMS:  # warm: the first iteration pays for lazy set-up
@@ -237,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
+
+def learning(args: argparse.Namespace, folder: Path, out: dict[str, Any]) -> None:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if seeds:
         print(f"\ntime to {args.target:g} (an iteration's mean return), per seed")
@@ -265,10 +443,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{spread([r['env_steps'] for r in runs], ',.0f')}, seconds "
                 f"{spread([r['seconds'] for r in runs])}"
             )
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
-    ray.shutdown()
-    return 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import cProfile
+import itertools
 import json
 import os
 import platform
@@ -73,7 +74,7 @@ def mlp(sizes: list[int], activation: str, out: int) -> Any:
 
     act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[activation]
     layers: list[Any] = []
-    for a, b in zip(sizes, sizes[1:], strict=False):
+    for a, b in itertools.pairwise(sizes):
         layers += [torch.nn.Linear(a, b), act()]
     layers.append(torch.nn.Linear(sizes[-1], out))
     return torch.nn.Sequential(*layers)
@@ -228,13 +229,16 @@ def minibatch_count(rows: int, minibatch: int, epochs: int) -> int:
     return len(minibatch_plan(rows, minibatch, epochs, True))
 
 
-def ppo_updates(rounds: int, out: dict[str, Any]) -> None:
+def ppo_updates(
+    rounds: int, out: dict[str, Any], networks: list[str], minibatches: list[int]
+) -> None:
     print("\nPPO: one minibatch update, and the fixed cost of one update() call (ms)")
     print(
         f"{'network':<14} {'minibatch':>9} {'arm':<12} {'per update':>22} "
         f"{'vs torch':>9} {'vs fused':>9} {'fixed':>20}"
     )
-    for net_name, network in NETWORKS.items():
+    for net_name in networks:
+        network = NETWORKS[net_name]
         algos = {
             arm: build(ppo_config(network, lean=arm == "lean", batch=BATCH, minibatch=128))
             for arm in ("rllib", "lean")
@@ -250,7 +254,7 @@ def ppo_updates(rounds: int, out: dict[str, Any]) -> None:
                     shared_data={},
                 )["default_policy"]["obs"]
             )
-            for minibatch in MINIBATCHES:
+            for minibatch in minibatches:
                 plain = {
                     "torch": PlainPPO(network, minibatch, fused=False),
                     "torch_fused": PlainPPO(network, minibatch, fused=True),
@@ -258,7 +262,14 @@ def ppo_updates(rounds: int, out: dict[str, Any]) -> None:
                 for arm in learners:
                     timed_update(learners[arm], episodes, 1, minibatch)  # warm
 
-                def measure(arm: str, minibatch: int = minibatch, plain: Any = plain) -> Any:
+                def measure(
+                    arm: str,
+                    minibatch: int = minibatch,
+                    plain: Any = plain,
+                    learners: Any = learners,
+                    episodes: Any = episodes,
+                    rows: int = rows,
+                ) -> Any:
                     if arm in plain:
                         return plain_seconds(plain[arm], 20), 0.0
                     low, high = (
@@ -318,58 +329,75 @@ def timed_train(algo: Any) -> tuple[float, float, float, float]:
 
 
 def ppo_train(rounds: int, out: dict[str, Any]) -> None:
+    """train() at batch 256 with 20 epochs and with 1: the difference over the difference
+    in minibatch updates is one update inside train(); what is left at 1 epoch, less that
+    update and RLlib's sampling timer, is the fixed cost of a train()."""
+    import statistics
+
     network = NETWORKS["small_env"]
-    plain = plain_seconds(PlainPPO(network, TRAIN_BATCH, fused=False), 50)
-    plain_fused = plain_seconds(PlainPPO(network, TRAIN_BATCH, fused=True), 50)
-    arms = ("rllib", "lean")
-    algos = {
-        arm: build(
-            ppo_config(network, lean=arm == "lean", batch=TRAIN_BATCH, minibatch=TRAIN_BATCH)
-        )
-        for arm in arms
-    }
+    plain = statistics.median(
+        plain_seconds(PlainPPO(network, TRAIN_BATCH, fused=False), 30) for _ in range(5)
+    )
+    cases = [(arm, epochs) for arm in ("rllib", "lean") for epochs in (1, TRAIN_EPOCHS)]
+    algos = {}
+    for arm, epochs in cases:
+        config = ppo_config(network, lean=arm == "lean", batch=TRAIN_BATCH, minibatch=TRAIN_BATCH)
+        algos[(arm, epochs)] = build(config.training(num_epochs=epochs))
     try:
         for algo in algos.values():
             for _ in range(3):
                 algo.train()
 
-        def measure(arm: str) -> list[tuple[float, float, float, float]]:
-            return [timed_train(algos[arm]) for _ in range(5)]
+        def measure(case: tuple[str, int]) -> list[tuple[float, float, float, float]]:
+            return [timed_train(algos[case]) for _ in range(5)]
 
-        figures = interleaved(rounds, arms, measure, label="train()")
+        figures = dict(
+            zip(cases, interleaved(rounds, cases, measure, label="train()"), strict=True)
+        )
     finally:
         for algo in algos.values():
             algo.stop()
+    # A train() samples 256 env steps; RLlib's batch adds one masked row per episode.
+    rows = TRAIN_BATCH + 8
+    counts = {e: minibatch_count(rows, TRAIN_BATCH, e) for e in (1, TRAIN_EPOCHS)}
     print(
-        f"\nPPO train(): batch {TRAIN_BATCH}, minibatch {TRAIN_BATCH}, {TRAIN_EPOCHS} epochs, "
-        f"{ENVS} envs, small_env networks (ms; timers are RLlib's smoothed ones). Plain torch: "
-        f"{plain * 1e3:.2f} ms per update ({plain_fused * 1e3:.2f} fused)"
+        f"\nPPO train(): batch {TRAIN_BATCH}, minibatch {TRAIN_BATCH}, {ENVS} envs, small_env "
+        f"networks, {TRAIN_EPOCHS} epochs ({counts[TRAIN_EPOCHS]} updates) and 1 epoch "
+        f"({counts[1]}) (ms). Plain torch: {plain * 1e3:.2f} ms per update"
     )
-    print(f"{'arm':<6} {'train()':>20} {'sampling':>8} {'learner':>8} {'sync':>6} {'fixed':>20}")
-    for arm, figs in zip(arms, figures, strict=True):
-        calls = [c for rnd in figs for c in rnd]
-        walls = [c[0] * 1e3 for c in calls]
-        sampling = sorted(c[1] * 1e3 for c in calls)[len(calls) // 2]
-        learner = sorted(c[2] * 1e3 for c in calls)[len(calls) // 2]
-        sync = sorted(c[3] * 1e3 for c in calls)[len(calls) // 2]
-        # Fixed cost: what one train() costs beyond sampling and the plain-torch updates.
-        updates = minibatch_count(TRAIN_BATCH + 8, TRAIN_BATCH, TRAIN_EPOCHS)
-        fixed = [c[0] * 1e3 - c[1] * 1e3 - updates * plain * 1e3 for c in calls]
+    print(
+        f"{'arm':<6} {'train() 20 epochs':>22} {'train() 1 epoch':>20} {'per update':>20} "
+        f"{'sampling':>9} {'sync':>6} {'fixed':>20}"
+    )
+    for arm in ("rllib", "lean"):
+        long_rounds, short_rounds = figures[(arm, TRAIN_EPOCHS)], figures[(arm, 1)]
+        per_update, fixed, long_ms, short_ms = [], [], [], []
+        sampling = sync = 0.0
+        for long_calls, short_calls in zip(long_rounds, short_rounds, strict=True):
+            t_long = statistics.median(c[0] for c in long_calls)
+            t_short = statistics.median(c[0] for c in short_calls)
+            sampling = statistics.median(c[1] for c in short_calls)
+            sync = statistics.median(c[3] for c in short_calls)
+            per = (t_long - t_short) / (counts[TRAIN_EPOCHS] - counts[1])
+            per_update.append(per * 1e3)
+            fixed.append((t_short - counts[1] * per - sampling) * 1e3)
+            long_ms.append(t_long * 1e3)
+            short_ms.append(t_short * 1e3)
         print(
-            f"{arm:<6} {spread(walls, '.1f'):>20} {sampling:>8.1f} {learner:>8.1f} "
-            f"{sync:>6.2f} {spread(fixed, '.1f'):>20}"
+            f"{arm:<6} {spread(long_ms, '.1f'):>22} {spread(short_ms, '.1f'):>20} "
+            f"{spread(per_update, '.2f'):>20} {sampling * 1e3:>9.1f} {sync * 1e3:>6.2f} "
+            f"{spread(fixed, '.1f'):>20}"
         )
         out["ppo_train"].append(
             {
                 "arm": arm,
-                "train_ms": walls,
-                "sampling_ms": sampling,
-                "learner_ms": learner,
-                "sync_ms": sync,
+                "train_ms": long_ms,
+                "train_1_epoch_ms": short_ms,
+                "per_update_ms": per_update,
                 "fixed_ms": fixed,
+                "sampling_ms": sampling * 1e3,
+                "sync_ms": sync * 1e3,
                 "plain_update_ms": plain * 1e3,
-                "plain_fused_update_ms": plain_fused * 1e3,
-                "updates_per_train": updates,
             }
         )
 
@@ -377,7 +405,9 @@ def ppo_train(rounds: int, out: dict[str, Any]) -> None:
 # --- DQN ----------------------------------------------------------------------------------
 
 
-def dqn_updates(rounds: int, out: dict[str, Any]) -> None:
+def dqn_updates(
+    rounds: int, out: dict[str, Any], networks: list[str], minibatches: list[int]
+) -> None:
     from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
@@ -385,7 +415,8 @@ def dqn_updates(rounds: int, out: dict[str, Any]) -> None:
 
     print("\nDQN: one update() call = one minibatch update (ms), double Q, dueling off")
     print(f"{'network':<14} {'minibatch':>9} {'arm':<6} {'per update':>22} {'vs torch':>9}")
-    for net_name, network in NETWORKS.items():
+    for net_name in networks:
+        network = NETWORKS[net_name]
         model = {k: v for k, v in network.items() if k != "vf_share_layers"}
         config = (
             DQNConfig()
@@ -405,7 +436,7 @@ def dqn_updates(rounds: int, out: dict[str, Any]) -> None:
                 algo.train()
             learner = algo.learner_group._learner
             buffer = algo.local_replay_buffer
-            for minibatch in MINIBATCHES:
+            for minibatch in minibatches:
                 samples = [
                     buffer.sample(
                         num_items=minibatch, n_step=1, gamma=0.99, beta=0.4, sample_episodes=True
@@ -414,7 +445,9 @@ def dqn_updates(rounds: int, out: dict[str, Any]) -> None:
                 ]
                 plain = PlainDQN(network, minibatch)
 
-                def measure(arm: str, samples: Any = samples, plain: Any = plain) -> float:
+                def measure(
+                    arm: str, samples: Any = samples, plain: Any = plain, learner: Any = learner
+                ) -> float:
                     if arm == "torch":
                         return plain_seconds(plain, 20)
                     data = [copy.deepcopy(s) for s in samples]
@@ -542,8 +575,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dqn", action="store_true", help="also DQN's per-update cost")
     parser.add_argument("--skip-updates", action="store_true", help="only train() and profile")
     parser.add_argument("--core", type=int, default=None, help="pin to this CPU (default: last)")
+    parser.add_argument("--networks", default=",".join(NETWORKS), help="which networks")
+    parser.add_argument(
+        "--minibatches", default=",".join(map(str, MINIBATCHES)), help="minibatch sizes"
+    )
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
+    networks = [n.strip() for n in args.networks.split(",") if n.strip()]
+    if set(networks) - set(NETWORKS):
+        raise SystemExit(f"--networks: one of {', '.join(NETWORKS)}")
+    minibatches = [int(m) for m in args.minibatches.split(",") if m.strip()]
 
     warnings.filterwarnings("ignore")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -562,10 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"ppo_updates": [], "ppo_train": [], "dqn_updates": []}
     try:
         if not args.skip_updates:
-            ppo_updates(args.rounds, out)
+            ppo_updates(args.rounds, out, networks, minibatches)
         ppo_train(args.rounds, out)
         if args.dqn:
-            dqn_updates(args.rounds, out)
+            dqn_updates(args.rounds, out, networks, minibatches)
         where_the_time_goes(out)
     finally:
         print(f"\nload average {os.getloadavg()[0]:.2f} at the end")

@@ -265,3 +265,19 @@ def test_clip_param_follows_its_schedule(episodes: list[Any]) -> None:
     # Without a schedule the loss reads the config's clip_param, as RLlib's does.
     plain = learner(ppo_config(learner_class=LeanPPOTorchLearner))
     assert plain.clip_param_for(MODULE, config) == pytest.approx(config.clip_param)
+
+
+def test_rllibs_own_loop_reads_the_clip_schedule_too(episodes: list[Any]) -> None:
+    # The lean loop switched off runs RLlib's update and loss, with the scheduled clip.
+    lean_class = type("ForLoopAdamLean", (LeanPPOTorchLearner,), {"adam_implementation": None})
+    schedule = {CLIP_SCHEDULE_KEY: [[0, 0.02], [10**6, 0.02]]}  # far from clip_param 0.3
+    lean = learner(ppo_config(learner_class=lean_class, learner_config_dict=schedule))
+    rllib_loop = learner(
+        ppo_config(learner_class=lean_class, learner_config_dict={**schedule, LEAN_KEY: False}),
+        like=lean,
+    )
+    unscheduled = learner(ppo_config(learner_class=lean_class), like=lean)
+    for target in (lean, rllib_loop, unscheduled):
+        update(target, episodes[0], seed=0)
+    assert max_difference(weights(lean), weights(rllib_loop)) == 0.0
+    assert max_difference(weights(lean), weights(unscheduled)) > 1e-6

@@ -169,6 +169,17 @@ def _categorical_terms(
     return logp, entropy, t.sum(-1)
 
 
+class _ClipParam:
+    """A module's config with another clip_param (what RLlib's loss reads), the rest its."""
+
+    def __init__(self, config: Any, clip_param: float) -> None:
+        self._config = config
+        self.clip_param = clip_param
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._config, name)
+
+
 class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
     """RLlib's PPO torch learner with a lean ``update`` loop (see the module docstring)."""
 
@@ -261,7 +272,7 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
         if isinstance(module.unwrapped(), SelfSupervisedLossAPI):
             return "the RLModule computes its own loss (SelfSupervisedLossAPI)"
         for hook in _BYPASSED_HOOKS:
-            if getattr(type(self), hook) is not getattr(PPOTorchLearner, hook):
+            if getattr(type(self), hook) is not getattr(LeanPPOTorchLearner, hook):
                 return f"{type(self).__name__} overrides {hook} (the lean loop does not call it)"
         return None
 
@@ -529,6 +540,17 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
                     masked_mean(behind) if mask is not None else torch.mean(behind)
                 )
         return total_loss, stats
+
+    def compute_loss_for_module(
+        self, *, module_id: Any, config: Any, batch: Any, fwd_out: Any
+    ) -> Any:
+        """RLlib's PPO loss (its own update path: the lean loop switched off or unfit),
+        reading the scheduled clip_param where the experiment gives a schedule."""
+        if self.config.learner_config_dict.get(CLIP_SCHEDULE_KEY) is not None:
+            config = _ClipParam(config, self.clip_param_for(module_id, config))
+        return super().compute_loss_for_module(
+            module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+        )
 
     _lean_grad_clip: float | None = None
 
