@@ -430,7 +430,7 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
         return
     try:  # the evaluated policy as an MLflow model (registry, serving)
         logged = log_checkpoint_model(checkpoint, session.tracker.target.uri, run_id)
-        summary.evaluation_note = f"Its policy: {logged.lines()[0]}"
+        summary.evaluation_note = f"Its policy: MLflow model {logged.model_uri}"
     except Exception as err:  # the population's results stand without it
         summary.evaluation_note = (
             f"Its policy could not be logged as an MLflow model: {type(err).__name__}: {err}"
