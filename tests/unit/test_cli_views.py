@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.experiments import small_pbt, tiny_ppo, write_experiment
+from tests.support.policies import learner_group_checkpoint
 from tests.support.stores import Store, new_store
 from workbench.cli.format import metric_groups, table, wrapped
 from workbench.cli.main import main
-from workbench.names import EVAL_RETURN_METRIC, SCORE_METRIC, STEPS_METRIC
+from workbench.names import EVAL_RETURN_METRIC, RESOLVED_FILE, SCORE_METRIC, STEPS_METRIC
 
 HPS = {
     "lr": [3.0e-4, 1.2e-4],
@@ -231,3 +233,39 @@ def test_dry_run_lists_the_trials_it_would_start(
     assert capsys.readouterr().out.splitlines()[header:] == lines[header:]
     assert main(["run", str(path), "--dry-run", "--yaml"]) == 0
     assert "search_space:" in capsys.readouterr().out
+
+
+def test_the_exports_answer_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """export-schedule and export-policy take --json as the other inspection commands do."""
+    results = tmp_path / "results"
+    folder = results / "pop"
+    folder.mkdir(parents=True)
+    source = small_pbt(tmp_path, search_space={"params": {"lr": {"loguniform": [1e-4, 1e-2]}}})
+    (folder / RESOLVED_FILE).write_text(yaml.safe_dump(source, sort_keys=False))
+    store = new_store(results)
+    pop = store.population("pop", results_dir=folder)
+    store.trial(
+        pop,
+        "PPO_00000",
+        returns=[1.0, 2.0, 3.0, 4.0],
+        metrics={"hp/lr": [0.001, 0.001, 0.002, 0.002]},
+        params={"lr": "0.001"},
+    )
+    output = tmp_path / "replay.yaml"
+    argv = ["export-schedule", "--population", "pop", "-o", str(output), "--json"]
+    data = json.loads(_json(capsys, [*argv, "--store", store.uri]))
+    assert data["file"] == str(output) and output.is_file()
+    assert (data["population"], data["trial"], data["iterations"]) == ("pop", "PPO_00000", 4)
+    assert [s["iteration"] for s in data["steps"]] == [1, 3]
+    assert data["ancestry"][0]["trial_name"] == "PPO_00000"
+
+    checkpoint = learner_group_checkpoint(tmp_path / "checkpoint", "PPO", "sim_ext/CartPole-v1")
+    policy = tmp_path / "policy"
+    data = json.loads(
+        _json(capsys, ["export-policy", str(checkpoint), "-o", str(policy), "--json"])
+    )
+    files = data["exported"]  # and "logged": the MLflow model, when there is a run
+    assert files["folder"] == str(policy)
+    assert {Path(p).parent for p in files["files"].values()} == {policy}
+    assert all(Path(p).is_file() for p in files["files"].values())
+    assert files["spec"]["env_id"] == "sim_ext/CartPole-v1"

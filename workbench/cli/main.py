@@ -554,7 +554,10 @@ def _cmd_export_schedule(args: argparse.Namespace) -> int:
             f"{k}={num(v) if isinstance(v, int | float) else v}" for k, v in step["values"].items()
         )
         print(f"  iteration {step['iteration']:>4}: {values}")
-    print(f"Replay it with `workbench run {output}` (results in {written.results_dir})")
+    print(
+        f"Replay it with `workbench run {output}` (a new population in "
+        f"{written.results_dir.parent}, named {written.results_dir.name}_<time>)"
+    )
     return 0
 
 
