@@ -85,8 +85,9 @@ def test_in_a_terminal_the_table_redraws_in_place(experiment: Path) -> None:
     rows = [m[1] for line in seen if (m := ROW.match(line))]
     assert rows == ["PPO_00000", "PPO_00001"], "\n".join(seen)
     # Above it: elapsed time and the bar toward the stop rule.
-    head = seen[seen.index(headers[0]) - 1]
-    assert "elapsed" in head and "100% toward iterations 6" in head, head
+    title, bar = seen[seen.index(headers[0]) - 2 : seen.index(headers[0])]
+    assert title.startswith("tty (PPO, PBT): ") and title.endswith(" elapsed"), title
+    assert bar.endswith(" 100% toward iterations 6"), bar
     exploits = [line for line in seen if EXPLOIT.match(line)]
     assert len(exploits) == 2, "\n".join(seen)
     assert any(line.startswith("Stopped after ") for line in seen)

@@ -7,6 +7,7 @@ import io
 import logging
 import logging.handlers
 import pickle
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -329,9 +330,53 @@ def test_on_a_terminal_one_table_redrawn_in_place_with_exploits_above_it(
     assert output.count("\x1b[1A") >= 4  # drawn again over itself, not below
     seen = screen(output, 100)
     assert seen[0] == "PPO_00001 <- PPO_00000 @ it 1: lr 0.001 -> 0.0024"
-    assert seen[1].startswith("pop (PPO, PBT) 0:00 elapsed 5:00 left") and "100%" in seen[1]
-    assert seen[2].split()[:2] == ["trial", "status"]
-    assert [line.split()[:3] for line in seen[3:]] == [
+    assert seen[1] == "pop (PPO, PBT): 0:00 elapsed, 5:00 left"
+    assert seen[2].endswith(" 100% toward iterations 2, 5:00 budget")
+    assert seen[3].split()[:2] == ["trial", "status"]
+    assert [line.split()[:3] for line in seen[4:]] == [
         ["PPO_00000", "TERMINATED", "2"],
         ["PPO_00001", "TERMINATED", "2"],
     ]
+
+
+def test_a_narrow_terminal_drops_hyperparameter_columns_and_cuts_exploit_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The main job searches 8 values: at 80 columns the trial's own columns stay whole,
+    the hyperparameters that do not fit are named below the table, and an exploit that
+    changes all 8 is one line that says how many changes it leaves out."""
+    from tests.support.terminal import screen
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "80")
+    names = ["lr", "gamma", "lambda_", "clip_param", "entropy_coeff", "vf_loss_coeff"]
+    table = ProgressTable({n: n for n in names}, goal=StopGoal({RETURN_METRIC: 475}))
+    table.title = "cartpole_pbt_20261130-164327 (PPO, PBT)"
+    config = {n: 0.123456 for n in names}
+    trials = [_trial(i, **config) for i in range(2)]
+    out = _Terminal()
+    with table.showing(out):
+        for trial in trials:
+            table.on_trial_result(0, [], trial, _result(28, 479.7, config))
+        table.on_exploit(
+            {
+                "target": trials[0].trial_id,
+                "source": trials[1].trial_id,
+                "exploit_iteration": 28,
+                "old": config,
+                "new": {n: 0.5 for n in names},
+            }
+        )
+    seen = screen(out.getvalue(), 80)
+    assert all(len(line) <= 80 for line in seen)
+    assert seen[0].startswith("PPO_00000 <- PPO_00001 @ it 28: lr 0.1235 -> 0.5, ")
+    assert re.search(r", \.\.\. \(\+\d\)$", seen[0])
+    header = next(line for line in seen if line.startswith("trial "))
+    assert header.split()[:7] == ["trial", "status", "iter", "env", "steps", "return", "best"]
+    rows = [line.split() for line in seen if line.startswith("PPO_0000") and "<-" not in line]
+    assert [row[:3] for row in rows] == [
+        ["PPO_00000", "RUNNING", "28"],
+        ["PPO_00001", "RUNNING", "28"],
+    ]
+    assert header.split()[7:] == ["lr", "gamma", "lambda_", "clip_param"]
+    assert seen[-1] == "not shown (too narrow): entropy_coeff, vf_loss_coeff"

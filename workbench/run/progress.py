@@ -455,7 +455,9 @@ class _LiveView(_View):
 
     def event(self, line: str, plain: bool) -> None:
         if not plain:
-            self.live.console.print(line, markup=False, highlight=False)
+            self.live.console.print(
+                fit_line(line, self.console.width), markup=False, highlight=False, soft_wrap=True
+            )
 
     def stop(self) -> None:
         self.live.refresh()
@@ -468,26 +470,70 @@ class _LiveView(_View):
         from rich.text import Text
 
         table = self.table
+        width = self.console.width
         elapsed = time.monotonic() - table.started
         rows = table.rows()
         done = table.goal.fraction(rows, elapsed)
-        head = Table.grid(padding=(0, 1))
-        head.add_row(
-            Text(table.title, style="bold"),
-            Text(f"{clock(elapsed)} elapsed"),
-            Text(
-                f"{clock(max(0.0, table.goal.wall_time_s - elapsed))} left"
-                if table.goal.wall_time_s is not None
-                else ""
-            ),
+        left = table.goal.wall_time_s
+        clocks = f"{clock(elapsed)} elapsed" + (
+            f", {clock(max(0.0, left - elapsed))} left" if left is not None else ""
+        )
+        title = Text(fit_line(f"{table.title}: {clocks}", width), style="bold", no_wrap=True)
+        bar = Table.grid(padding=(0, 1))
+        bar.add_column(no_wrap=True)
+        bar.add_column(no_wrap=True, overflow="ellipsis")
+        bar.add_row(
             ProgressBar(total=1.0, completed=done, width=24),
             Text(f"{done:4.0%} toward {table.goal.describe()}"),
         )
         headers, cells = table._cells(rows)
-        grid = Table(box=None, padding=(0, 1), show_edge=False, pad_edge=False)
-        for i, header in enumerate(headers):
-            grid.add_column(header, justify="right" if i in (2, 3, 4, 5) else "left")
+        natural = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
+        shown = _columns_that_fit(natural, width)
+        # One space between columns (rich's (0, 1) pads both sides).
+        grid = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
+        for i in shown:
+            grid.add_column(
+                headers[i],
+                justify="right" if i in (2, 3, 4, 5) else "left",
+                no_wrap=True,
+                min_width=natural[i],
+            )
         styles = {"RUNNING": "green", "ERROR": "red", "PAUSED": "yellow"}
         for row, record in zip(cells, rows, strict=True):
-            grid.add_row(*row, style=styles.get(record.status, ""))
-        return Group(head, grid)
+            grid.add_row(*(row[i] for i in shown), style=styles.get(record.status, ""))
+        parts: list[Any] = [title, bar, grid]
+        hidden = [headers[i] for i in range(len(headers)) if i not in shown]
+        if hidden:
+            note = f"not shown (too narrow): {', '.join(hidden)}"
+            parts.append(Text(fit_line(note, width), style="dim", no_wrap=True))
+        return Group(*parts)
+
+
+_FIXED_COLUMNS = 6  # trial, status, iter, env steps, score, best: always shown
+
+
+def _columns_that_fit(natural: list[int], width: int) -> list[int]:
+    """The table's columns (by their natural widths) that fit in ``width``: the trial's
+    own ones always, then the hyperparameters in order while they fit (a narrow terminal
+    drops the last ones rather than cutting every column short)."""
+    shown = list(range(min(_FIXED_COLUMNS, len(natural))))
+    used = sum(natural[i] + 1 for i in shown)
+    for i in range(len(shown), len(natural)):
+        if used + natural[i] + 1 > width:
+            break
+        shown.append(i)
+        used += natural[i] + 1
+    return shown
+
+
+def fit_line(line: str, width: int) -> str:
+    """An event line cut to the terminal's width at a ", " (a change of an exploit
+    line), saying how many changes it left out: one line, however many values."""
+    if len(line) <= width:
+        return line
+    parts = line.split(", ")
+    for keep in range(len(parts) - 1, 0, -1):
+        cut = ", ".join(parts[:keep]) + f", ... (+{len(parts) - keep})"
+        if len(cut) <= width:
+            return cut
+    return line[: max(1, width - 1)] + "…"
