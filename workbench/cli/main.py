@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -657,6 +658,22 @@ def _option_sets() -> dict[str, argparse.ArgumentParser]:
     return {"store": store, "json": as_json, "population": population, "wide": wide}
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions wrapped line by line to the terminal; indented lines (examples,
+    file contents) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if not line.strip() or line.startswith(" "):
+                out.append(indent + line)
+            else:
+                out += textwrap.wrap(
+                    line, width, initial_indent=indent, subsequent_indent=indent
+                ) or [indent]
+        return "\n".join(out)
+
+
 class _Commands:
     """Adds the subcommands: each with its one-line help, a description and examples."""
 
@@ -682,7 +699,7 @@ class _Commands:
             description=(help[0].upper() + help[1:] + ".")
             + (f"\n\n{description}" if description else ""),
             epilog=f"examples:\n{lines}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_HelpFormatter,
             parents=[self.options[s] for s in shared],
         )
         parser.set_defaults(handler=handler)
