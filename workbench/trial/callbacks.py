@@ -81,12 +81,19 @@ class WorkbenchCallbacks(RLlibCallback):
         self._before = tracked_values(algorithm.metrics)
 
     def on_sample_end(
-        self, *, env_runner: Any, metrics_logger: Any, samples: Any, **kwargs: Any
+        self,
+        *,
+        env_runner: Any = None,
+        metrics_logger: Any = None,
+        samples: Any,
+        **kwargs: Any,
     ) -> None:
         """Each episode that ended in this sample() call, its whole return (the score's
         input: `workbench.trial.score`), as an item series RLlib gathers from every
         runner into the iteration's result. Runs in the env runner, after the sample,
         once per call: no per-step work, so the fast runner keeps its loop."""
+        if metrics_logger is None:
+            return
         chunks = getattr(env_runner, "_ongoing_episodes_for_metrics", None) or {}
         for value in episode_returns(samples, chunks):
             metrics_logger.log_value(RETURNS_KEY, value, reduce="item_series")
