@@ -38,7 +38,6 @@ from workbench.cli.format import (
     wrapped,
 )
 from workbench.errors import ExperimentError, Interrupted
-from workbench.experiment.environments import describe_environments
 from workbench.names import RESOLVED_FILE, SPOOL_FILE
 from workbench.tracking.store import open_store, read_failure, resolve_store
 
@@ -47,6 +46,8 @@ CLOSED_PIPE_EXIT = 141
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
+    from workbench.experiment.environments import describe_environments
+
     for line in describe_environments():
         print(line)
     return 0
