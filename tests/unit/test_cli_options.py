@@ -124,3 +124,19 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     )
     assert len(whole.stdout) > 200_000  # more than any pipe buffers: the writer met the close
     assert len(json.loads(whole.stdout)) == 2000
+
+
+def test_the_command_line_starts_without_the_heavy_libraries() -> None:
+    """`workbench --help` and completion answer at once: each command imports what it
+    needs itself."""
+    code = (
+        "import sys\n"
+        "from workbench.cli.main import _build\n"
+        "_build()\n"
+        "heavy = ('ray', 'torch', 'mlflow', 'gymnasium', 'matplotlib', 'shtab', 'numpy')\n"
+        "print(' '.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == ""
