@@ -13,7 +13,9 @@ import ray
 import torch
 
 from tests.support.env_runners import runner_config
+from workbench.trial.callbacks import WorkbenchCallbacks
 from workbench.trial.fast_runner import FastEnvRunner
+from workbench.trial.score import pop_returns
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +58,10 @@ def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> Non
 
     curves = []
     for fast in (False, True):
-        config = runner_config("sim_ext/CartPole-v1", 8, seed=3).training(
-            train_batch_size_per_learner=512, minibatch_size=128, num_epochs=2
+        config = (
+            runner_config("sim_ext/CartPole-v1", 8, seed=3)
+            .training(train_batch_size_per_learner=512, minibatch_size=128, num_epochs=2)
+            .callbacks(WorkbenchCallbacks)  # the episodes' returns, for the score
         )
         if fast:
             config.env_runners(env_runner_cls=Fast)
@@ -67,11 +71,18 @@ def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> Non
             curve = []
             for _ in range(4):
                 result = algo.train()
+                returns = pop_returns(result)
+                # RLlib's per-iteration mean is the mean of the episodes that ended in it.
+                assert len(returns) == result["env_runners"]["num_episodes"] > 0
+                assert np.mean(returns) == pytest.approx(
+                    result["env_runners"]["episode_return_mean"], rel=1e-5
+                )
                 curve.append(
                     (
                         result["num_env_steps_sampled_lifetime"],
                         result["env_runners"].get("episode_return_mean"),
                         result["learners"]["default_policy"]["total_loss"],
+                        returns,
                     )
                 )
             curves.append(curve)
@@ -79,5 +90,24 @@ def test_training_with_it_is_training_with_rllibs_runner(local_ray: None) -> Non
             algo.stop()
     rllib, fast_curve = curves
     assert [c[:2] for c in fast_curve] == [c[:2] for c in rllib]
-    for (_, _, loss_fast), (_, _, loss_rllib) in zip(fast_curve, rllib, strict=True):
+    # The score's input: the same episodes' returns from either runner.
+    assert [c[3] for c in fast_curve] == [c[3] for c in rllib]
+    for (_, _, loss_fast, _), (_, _, loss_rllib, _) in zip(fast_curve, rllib, strict=True):
         assert float(loss_fast) == pytest.approx(float(loss_rllib), rel=1e-4)
+
+
+def test_remote_runners_send_the_episodes_returns_too(local_ray: None) -> None:
+    config = (
+        runner_config("sim_ext/CartPole-v1", 8, seed=3)
+        .env_runners(num_env_runners=1, env_runner_cls=FastEnvRunner)
+        .training(train_batch_size_per_learner=512, minibatch_size=128, num_epochs=1)
+        .callbacks(WorkbenchCallbacks)
+    )
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    returns = pop_returns(result)
+    assert len(returns) == result["env_runners"]["num_episodes"] > 0
+    assert np.mean(returns) == pytest.approx(result["env_runners"]["episode_return_mean"])
