@@ -104,3 +104,15 @@ def test_a_folder_not_made_yet_keeps_the_study_in_memory(tmp_path: Path) -> None
     searcher.set_search_properties("score", "max", SPACE)
     assert searcher.suggest("t1")
     assert not (tmp_path / "not-yet").exists()
+
+
+def test_a_result_without_a_score_tells_optuna_nothing(tmp_path: Path) -> None:
+    searcher = ours(tmp_path)
+    searcher.set_search_properties("score", "max", SPACE)
+    searcher.suggest("t1")
+    # No episode ended yet: no score (Ray's OptunaSearch raised KeyError), or NaN.
+    searcher.on_trial_result("t1", {"training_iteration": 1})
+    searcher.on_trial_result("t1", {"score": float("nan"), "training_iteration": 2})
+    searcher.on_trial_result("t1", {"score": 4.0, "training_iteration": 3})
+    trial = searcher._ot_trials["t1"]
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {3: 4.0}

@@ -17,6 +17,7 @@ tools open it while the run goes on and after it::
 
 from __future__ import annotations
 
+import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,14 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         super().__init__(
             metric=metric, mode=mode, seed=seed, study_name=study_name, storage=storage
         )
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Intermediate scores for Optuna's pruners; a result without one (no episode has
+        ended yet: MountainCar's first 999-step episodes) tells it nothing. Ray's
+        OptunaSearch raised KeyError on it, which ended the whole run."""
+        value = result.get(self.metric)
+        if isinstance(value, int | float) and not math.isnan(value):
+            super().on_trial_result(trial_id, result)
 
     def save(self, checkpoint_path: str) -> None:
         """What the study's database does not hold: no storage and no study (their URL
