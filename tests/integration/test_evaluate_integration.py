@@ -62,6 +62,33 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     history = client.get_metric_history(evaluation.run_id, "eval/return_mean")
     assert [m.step for m in history] == [4]
 
+    # The evaluated policy is an MLflow model of the trial's run, acting as export-policy's
+    # files; the population's parent run carries its summary (workbench.tracking).
+    import mlflow
+    import numpy as np
+    import torch
+
+    from workbench.policy.export import load_exported, sample_observations
+
+    (model,) = client.search_logged_models(
+        experiment_ids=[client.get_run(evaluation.run_id).info.experiment_id]
+    )
+    assert model.source_run_id == evaluation.run_id
+    assert main(["export-policy", str(checkpoint), "--no-log", "-o", str(tmp_path / "p")]) == 0
+    observations = sample_observations("sim_ext/CartPole-v1", {}, n=64, seed=9)
+    with torch.no_grad():
+        exported = load_exported(tmp_path / "p" / "policy.pt2")(torch.from_numpy(observations))
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    try:
+        actions = mlflow.pyfunc.load_model(f"models:/{model.model_id}").predict(observations)
+    finally:
+        mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(actions, exported.numpy())
+    parent = client.get_run(run_data.tags["mlflow.parentRunId"]).data
+    assert parent.metrics["population/best_eval_return_mean"] == pytest.approx(stats["return_mean"])
+    assert parent.metrics["population/trials"] == 1 and parent.metrics["population/errors"] == 0
+    assert parent.tags["mlflow.source.name"] == str((tmp_path / "experiment.yaml").resolve())
+
     # `workbench eval` by trial name finds the same checkpoint and logs again.
     capsys.readouterr()
     assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
