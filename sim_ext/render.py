@@ -28,7 +28,10 @@ WHITE: Color = (255, 255, 255)
 
 
 class Canvas:
-    """An RGB picture in Gymnasium's drawing coordinates: x to the right, y up, in pixels."""
+    """An RGB picture in Gymnasium's drawing coordinates: x to the right, y up, in pixels.
+
+    Pixel (column c, row r) is centred on (c, height - 1 - r), as pygame's pixel (c, y) is
+    once Gymnasium flips its surface: a one-pixel line at an integer y is one crisp row."""
 
     def __init__(self, width: int, height: int, background: Color = WHITE) -> None:
         self.width, self.height = width, height
@@ -46,14 +49,14 @@ class Canvas:
     ) -> tuple[slice, slice, np.ndarray, np.ndarray] | None:
         """The pixels whose centres may lie in [x0, x1] x [y0, y1] (plus a pixel of margin),
         and their centres' coordinates."""
-        c0, c1 = max(math.floor(x0) - 1, 0), min(math.ceil(x1) + 1, self.width)
-        # Row r holds y = height - (r + 0.5).
-        r0 = max(math.floor(self.height - y1) - 1, 0)
-        r1 = min(math.ceil(self.height - y0) + 1, self.height)
+        c0, c1 = max(math.floor(x0) - 1, 0), min(math.ceil(x1) + 2, self.width)
+        top = self.height - 1  # row r holds y = top - r
+        r0 = max(math.floor(top - y1) - 1, 0)
+        r1 = min(math.ceil(top - y0) + 2, self.height)
         if c0 >= c1 or r0 >= r1:
             return None
-        xs = np.arange(c0, c1, dtype=np.float32) + 0.5
-        ys = self.height - (np.arange(r0, r1, dtype=np.float32) + 0.5)
+        xs = np.arange(c0, c1, dtype=np.float32)
+        ys = top - np.arange(r0, r1, dtype=np.float32)
         return slice(r0, r1), slice(c0, c1), xs[None, :], ys[:, None]
 
     def _paint(self, rows: slice, cols: slice, distance: np.ndarray, color: Color) -> None:
@@ -110,7 +113,7 @@ class Canvas:
 
     def curve(self, height: Callable[[np.ndarray], np.ndarray], width: float, color: Color) -> None:
         """The graph y = height(x) across the whole picture, as a line of the given width."""
-        xs = np.arange(self.width, dtype=np.float64) + 0.5
+        xs = np.arange(self.width, dtype=np.float64)
         h = height(xs)
         slope = np.gradient(h, xs)
         window = self._window(0, float(h.min()) - width, self.width, float(h.max()) + width)
@@ -218,7 +221,7 @@ def _mountain_car_scene(goal_position: float) -> Canvas:
     """The hill and the flag at the goal."""
     canvas = Canvas(600, 400)
     scale = _CAR_SCALE
-    canvas.curve(lambda px: _car_height(px / scale + _CAR_MIN_POSITION) * scale, 1.5, BLACK)
+    canvas.curve(lambda px: _car_height(px / scale + _CAR_MIN_POSITION) * scale, 1.0, BLACK)
     flag_x = (goal_position - _CAR_MIN_POSITION) * scale
     flag_y1 = _car_height(goal_position) * scale
     flag_y2 = flag_y1 + 50
@@ -284,7 +287,7 @@ def gridmaze(state: np.ndarray) -> Frame:
     lines = np.minimum(np.arange(size + 1) * cell, size * cell - 1)
     canvas.pixels[lines, :] = 200  # grid lines
     canvas.pixels[:, lines] = 200
-    centre = ((col + 0.5) * cell, (size - row - 0.5) * cell)
+    centre = ((col + 0.5) * cell - 0.5, (size - row - 0.5) * cell - 0.5)
     canvas.circle(centre, cell * 0.35, (51, 102, 204))
     return canvas.frame()
 
