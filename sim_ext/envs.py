@@ -74,8 +74,10 @@ def _fresh_seed() -> int:
 
 def twin_spec(env_name: str) -> EnvSpec | None:
     """Gymnasium's registration of the same environment (``CartPole-v1`` for
-    ``sim_ext/CartPole-v1``), or None where Gymnasium has no such environment."""
-    return gym.registry.get(env_name)
+    ``sim_ext/CartPole-v1``), or None where Gymnasium itself has no such environment."""
+    spec = gym.registry.get(env_name)
+    own = spec is not None and str(spec.entry_point).startswith("gymnasium.envs.")
+    return spec if own else None
 
 
 def _time_limit(core: Any) -> int | None:
