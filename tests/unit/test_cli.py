@@ -13,12 +13,17 @@ from workbench import __version__
 from workbench.cli import main
 
 
-def test_envs_lists_every_sim_ext_environment(capsys: pytest.CaptureFixture[str]) -> None:
+def test_envs_lists_every_sim_ext_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
     for env_id in ("sim_ext/CartPole-v1", "sim_ext/Pendulum-v1", "sim_ext/GridMaze-v0"):
         assert env_id in out
-    assert "Discrete(2)" in out and "time limit 500" in out
+    cartpole = next(line for line in out.splitlines() if line.startswith("sim_ext/CartPole-v1"))
+    assert cartpole.split()[-2:] == ["Discrete(2)", "500"]  # actions, time limit
+    assert max(len(line) for line in out.splitlines()) <= 100
 
 
 def test_unknown_command_exits_2_with_usage(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -48,8 +49,17 @@ CLOSED_PIPE_EXIT = 141
 def _cmd_envs(args: argparse.Namespace) -> int:
     from workbench.experiment.environments import describe_environments
 
-    for line in describe_environments():
-        print(line)
+    lines = describe_environments()
+    pattern = re.compile(r"(\S+)\s+obs (.+?)\s+actions (.+?)\s+time limit (\S+)")
+    rows = [list(m.groups()) for line in lines if (m := pattern.fullmatch(line))]
+    if len(rows) < len(lines):  # not the columns this expects: as they are
+        print("\n".join(lines))
+        return 0
+    # Every sim_ext space is float32: said once, above the table, not in each cell.
+    if all("float32" in r[1] and "float64" not in r[1] + r[2] for r in rows):
+        print("sim_ext environments (their Box spaces float32):")
+        rows = [[r[0], *(c.replace(" float32", "") for c in r[1:3]), r[3]] for r in rows]
+    print(table(["env", "observations", "actions", "time limit"], rows, width=_width(args)))
     return 0
 
 
@@ -186,7 +196,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(plan.to_json())
     else:
-        print("\n".join(plan.lines()))
+        print("\n".join(wrapped(plan.lines(), _width(args))))
     if not plan.fits:
         print("\n".join(str(p) for p in plan.problems), file=sys.stderr)
         return ExperimentError.exit_code
@@ -728,6 +738,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         "list the sim_ext environments with their spaces and time limits",
         ["workbench envs"],
         handler=_cmd_envs,
+        shared=["wide"],
         description="Any Gymnasium id works as env.id too; these are the C++ ones.",
     )
 
@@ -805,7 +816,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
             "workbench plan experiments/cartpole_pbt.yaml --cluster cpus=16,gpus=1,nodes=4",
         ],
         handler=_cmd_plan,
-        shared=["json"],
+        shared=["json", "wide"],
     )
     _path(plan.add_argument("file", metavar="FILE"))
     plan.add_argument(
