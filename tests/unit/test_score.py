@@ -309,3 +309,23 @@ def test_the_trial_s_evaluation_is_workbench_eval_s_rollout(tmp_path: Path) -> N
         settings=settings,
     )
     assert again[EVAL_RETURN_METRIC] == ours[EVAL_RETURN_METRIC]
+
+
+# --- what ranks -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "file", ["cartpole_pbt.yaml", "pendulum_pb2.yaml", "cartpole_asha_optuna.yaml"]
+)
+def test_schedulers_and_searchers_rank_by_the_score(file: str) -> None:
+    from workbench.experiment.resolve import resolve
+    from workbench.experiment.schema import load_experiment
+    from workbench.run.schedulers import scheduler, search_algorithm
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / file
+    resolved = resolve(load_experiment(path), path, check_results=False)
+    assert scheduler(resolved)._metric == SCORE_METRIC
+    if resolved.experiment.search.type == "optuna":  # random search ranks nothing
+        searcher = search_algorithm(resolved)
+        inner = getattr(searcher, "searcher", searcher)  # behind a ConcurrencyLimiter
+        assert inner.metric == SCORE_METRIC
