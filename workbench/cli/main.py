@@ -289,7 +289,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                     *([pop.run_id] if args.wide else []),
                 ]
             )
-        print(f"Populations in {uri}:")
+        print("\n".join(wrapped([f"Populations in {uri}:"], _width(args))))
         headers = ["population", "experiment", "status", "trials", "best score", "best trial"]
         more = ["started", "run id"] if args.wide else ["started"]  # run ids: --json, --wide
         print(table([*headers, *more], rows, width=_width(args)))
@@ -316,7 +316,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         ]
         for rank, t in enumerate(board, 1)
     ]
-    print(f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):")
+    title = f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):"
+    print("\n".join(wrapped([title], _width(args))))
     # The score ranks (the mean return of the last K episodes); the return beside it is
     # the last iteration's own mean, and eval the last evaluation, mean ± std (n episodes).
     headers = ["#", "trial", "status", "iter", "env steps", "best score", "score", "return"]
