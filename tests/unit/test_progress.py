@@ -179,6 +179,10 @@ def test_the_rows_survive_a_resume_and_pickling_leaves_the_view_behind() -> None
     assert state is not None
     again.set_state(pickle.loads(pickle.dumps(state)))
     assert again.records == table.records
+    out = io.StringIO()
+    with again.showing(out):
+        again.on_trial_start(0, [], trial)
+    assert out.getvalue().startswith("PPO_00000 resumed at iteration 1: lr 0.001, lambda_ 0.9\n")
 
 
 def test_the_summary_says_how_long_and_why_it_stopped(tmp_path: Path) -> None:

@@ -188,7 +188,9 @@ class ProgressTable(Callback):  # type: ignore[misc]
             self._announced.add(trial.trial_id)
         if first:
             values = ", ".join(f"{k} {number(v)}" for k, v in record.hyperparameters.items())
-            self._event(f"{record.name} started" + (f": {values}" if values else ""), plain=True)
+            # A resumed population's trials go on from where the last driver left them.
+            verb = f"resumed at iteration {record.iteration}" if record.iteration else "started"
+            self._event(f"{record.name} {verb}" + (f": {values}" if values else ""), plain=True)
 
     def on_trial_result(
         self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any], **info: Any
