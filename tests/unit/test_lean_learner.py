@@ -36,7 +36,7 @@ MODULE = "default_policy"
 BATCH, MINIBATCH, EPOCHS = 512, 128, 3
 
 
-def ppo_config(**learners: Any) -> Any:
+def ppo_config(grad_clip: float | None = None, **learners: Any) -> Any:
     return (
         PPOConfig()
         .environment("CartPole-v1")
@@ -48,7 +48,12 @@ def ppo_config(**learners: Any) -> Any:
                 "vf_share_layers": False,
             }
         )
-        .training(train_batch_size_per_learner=BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS)
+        .training(
+            train_batch_size_per_learner=BATCH,
+            minibatch_size=MINIBATCH,
+            num_epochs=EPOCHS,
+            grad_clip=grad_clip,
+        )
         .learners(**learners)
         .debugging(seed=0)
     )
@@ -151,11 +156,15 @@ def lean_minibatches(n: int, size: int, epochs: int, shuffle: bool) -> list[list
     return lean
 
 
-def test_the_lean_update_is_rllibs_update_step_for_step(episodes: list[Any]) -> None:
-    # torch's default Adam in both: the same operations, so the same bits.
-    rllib = learner(ppo_config())
+@pytest.mark.parametrize("grad_clip", [None, 0.5])
+def test_the_lean_update_is_rllibs_update_step_for_step(
+    episodes: list[Any], grad_clip: float | None
+) -> None:
+    # torch's default Adam in both: the same operations, so the same bits; with gradient
+    # clipping by global norm (SB3's max_grad_norm 0.5) too.
+    rllib = learner(ppo_config(grad_clip))
     lean_class = type("ForLoopAdamLean", (LeanPPOTorchLearner,), {"adam_implementation": None})
-    lean = learner(ppo_config(learner_class=lean_class), like=rllib)
+    lean = learner(ppo_config(grad_clip, learner_class=lean_class), like=rllib)
     assert max_difference(weights(rllib), weights(lean)) == 0.0
     for step, batch in enumerate(episodes):  # two iterations: the KL coeff and Adam's state move
         ours = update(lean, batch, seed=step, steps=BATCH * (step + 1))

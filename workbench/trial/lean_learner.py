@@ -68,7 +68,7 @@ from ray.rllib.utils.metrics import (
     WEIGHTS_SEQ_NO,
 )
 from ray.rllib.utils.schedules.scheduler import Scheduler
-from ray.rllib.utils.torch_utils import explained_variance
+from ray.rllib.utils.torch_utils import compute_global_norm, explained_variance
 
 logger = logging.getLogger(__name__)
 
@@ -375,6 +375,11 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
         optimizers = [optim for _, optim in self.get_optimizers_for_module(module_id)]
         params = [p for p in self.get_parameters(module) if p.requires_grad]
         self._lean_grad_clip = config.grad_clip
+        self._lean_clip_by = config.grad_clip_by
+        self._lean_log_norm = bool(config.log_gradients)
+        named = self.get_optimizers_for_module(module_id)
+        self._lean_norm_name = named[0][0] if len(named) == 1 else None
+        self._lean_last_norm = None
         # TorchRLModule.forward_train puts the module in training mode at every call (a
         # walk over all its submodules); once per update does the same.
         forward = module.forward_train
@@ -553,6 +558,10 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
         )
 
     _lean_grad_clip: float | None = None
+    _lean_clip_by = "global_norm"
+    _lean_log_norm = False
+    _lean_norm_name: str | None = None
+    _lean_last_norm: torch.Tensor | None = None
 
     def lean_step(
         self,
@@ -570,10 +579,23 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
             return
         loss.backward()
         grads = {p: p.grad for p in params if p.grad is not None}
-        if self._lean_grad_clip is not None:
-            grads = self.postprocess_gradients(grads)
-            for p, g in grads.items():
-                p.grad = g
+        clip = self._lean_grad_clip
+        if clip is not None or self._lean_log_norm:
+            if self._lean_norm_name is None or (
+                clip is not None and self._lean_clip_by != "global_norm"
+            ):
+                # Several optimizers, or clipping per tensor: RLlib's own postprocessing.
+                grads = self.postprocess_gradients(grads)
+                for p, g in grads.items():
+                    p.grad = g
+            else:
+                # RLlib's clip_gradients by global norm, without its per-step metrics.
+                grad_list = list(grads.values())
+                total = compute_global_norm(grad_list)
+                if clip is not None:
+                    coeff = torch.clamp(clip / torch.clamp(total + 1e-6, min=clip), max=1.0)
+                    torch._foreach_mul_(grad_list, coeff)
+                self._lean_last_norm = total
         if not self.config.torch_skip_nan_gradients and grads:
             norms = torch._foreach_norm(list(grads.values()))
             if not bool(torch.isfinite(torch.stack(norms)).all()):
@@ -601,6 +623,14 @@ class LeanPPOTorchLearner(PPOTorchLearner):  # type: ignore[misc]
                 (module_id, DIFF_NUM_GRAD_UPDATES_VS_SAMPLER_POLICY), off_policy, window=1
             )
         self.metrics.log_dict(stats, key=module_id, window=1)
+        if self._lean_last_norm is not None and (
+            self._lean_clip_by == "global_norm" or self._lean_log_norm
+        ):
+            self.metrics.log_value(
+                (module_id, f"gradients_{self._lean_norm_name}_global_norm"),
+                self._lean_last_norm,
+                window=1,
+            )
         self.metrics.log_value((module_id, WEIGHTS_SEQ_NO), self._weights_seq_no, window=1)
         self.metrics.log_value(
             key=(module_id, MODULE_TRAIN_BATCH_SIZE_MEAN), value=minibatch_size, reduce="mean"
