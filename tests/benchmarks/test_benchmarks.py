@@ -188,3 +188,32 @@ def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None
     assert [r["arm"] for r in learning] == ["rllib_example", "workbench"]
     assert all(r["seed"] == 0 and r["best"] > 0 for r in learning)
     assert "time to 30" in result.stdout
+
+
+def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -> None:
+    # Two arms of the four (PBT and ASHA+Optuna: a population-based one and the one whose
+    # searcher must cope with results that carry no score yet), on MountainCar.
+    png = tmp_path / "curve.png"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scheduler_shootout.py"),
+            *("--quick", "--arms", "pbt,asha_optuna", "--plot", str(png)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["pbt", "asha_optuna"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == "0"  # exit status
+        assert int(cells[3]) >= 2  # members read back
+        assert float(cells[5].replace(",", "")) > 0  # env steps sampled
+        assert -1000 < float(cells[6]) < 200  # the best member evaluated
+    assert "| arm | runs | env steps |" in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

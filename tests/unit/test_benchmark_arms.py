@@ -118,3 +118,44 @@ def test_zoo_reference_counts_steps_and_finds_the_crossing() -> None:
     steps, pruned = zoo.search_env_steps(study, n_timesteps=50_000, n_evaluations=5)
     assert pruned == 1
     assert steps == 2 * 50_000 + 2 * 10_000
+
+
+def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) -> None:
+    shootout = _benchmark("scheduler_shootout")
+    budget = shootout.Budget(total_env_steps=98_304, population=4, steps_per_iteration=2048)
+    assert (budget.member_steps, budget.member_iterations) == (24_576, 12)
+    resolved = {
+        arm: load_and_resolve(
+            shootout.TASKS["mountaincar"],
+            [*shootout.arm_overrides(arm, budget, seed=5), f"storage={tmp_path}"],
+            check_results=False,
+        ).experiment
+        for arm in shootout.ARMS
+    }
+    kinds = {arm: e.scheduler.type for arm, e in resolved.items()}
+    assert kinds == {
+        "pbt": "pbt",
+        "pb2": "pb2",
+        "asha_optuna": "asha",
+        "random": "fifo",
+        "pbt_interval2": "pbt",
+    }
+    for arm in ("pbt", "pb2", "random", "pbt_interval2"):
+        e = resolved[arm]
+        assert (e.population, e.stop.env_steps) == (4, 24_576), arm
+    asha = resolved["asha_optuna"]
+    assert (asha.population, asha.max_concurrent, asha.stop.iterations) == (8, 4, 12)
+    assert (asha.scheduler.max_t, asha.scheduler.grace_period) == (12, 3)  # type: ignore[union-attr]
+    assert asha.search.type == "optuna" and asha.search.seed == 5
+    # 8 x 3 + 4 x 3 + 2 x 6 iterations if every rung fills: the members' 4 x 12.
+    assert 8 * 3 + 4 * 3 + 2 * 6 == 4 * 12
+    assert resolved["random"].search.type == "random"
+    pbt, short = resolved["pbt"].scheduler, resolved["pbt_interval2"].scheduler
+    assert (pbt.perturbation_interval, pbt.burn_in_period) == (4, 4)  # type: ignore[union-attr]
+    assert (short.perturbation_interval, short.burn_in_period) == (2, 2)  # type: ignore[union-attr]
+    for arm, e in resolved.items():
+        assert e.seed == 5 and e.stop.return_mean is None and e.stop.wall_time_s is None, arm
+        assert (
+            e.env.id == "sim_ext/MountainCarContinuous-v0"
+            and e.training == resolved["pbt"].training
+        ), arm
