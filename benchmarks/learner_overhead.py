@@ -497,7 +497,7 @@ PROFILE_ROWS = (
     ("apply_gradients (NaN checks + step)", "torch_learner", "apply_gradients"),
     ("optimizer step (Adam)", "adam", "step"),
     ("weight sync to the env runner", "env_runner_group", "sync_weights"),
-    ("env runner sampling", "fast_runner", "sample"),
+    ("env runner sampling", "single_agent_env_runner", "sample"),
 )
 
 
