@@ -16,7 +16,13 @@ import sqlalchemy.exc
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from workbench.run.optuna_study import STUDY_FILE, StudySearch, study_url
+from workbench.run.optuna_study import (
+    STUDY_FILE,
+    TRIAL_ID_ATTR,
+    StudySearch,
+    close_study,
+    study_url,
+)
 
 SPACE = {"lr": tune.loguniform(1e-4, 1e-2), "clip_param": tune.uniform(0.1, 0.3)}
 Make = Callable[[Path], OptunaSearch]
@@ -116,3 +122,24 @@ def test_a_result_without_a_score_tells_optuna_nothing(tmp_path: Path) -> None:
     searcher.on_trial_result("t1", {"score": 4.0, "training_iteration": 3})
     trial = searcher._ot_trials["t1"]
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {3: 4.0}
+
+
+def test_each_study_trial_names_its_tune_trial(tmp_path: Path) -> None:
+    _first_driver(ours, tmp_path / "pop")
+    study = optuna.load_study(study_name="pop", storage=study_url(tmp_path / "pop"))
+    assert [t.user_attrs[TRIAL_ID_ATTR] for t in study.trials] == ["t1", "t2"]
+
+
+def test_an_ended_population_leaves_no_trial_running_in_its_study(tmp_path: Path) -> None:
+    # t2 was still running when the population's rule ended it: pruned at its last score.
+    folder = tmp_path / "pop"
+    _first_driver(ours, folder)
+    searcher = ours(folder)
+    searcher.set_search_properties("score", "max", SPACE)
+    searcher.restore(str(folder / "searcher-state.pkl"))
+    searcher.on_trial_result("t2", {"score": 7.0, "training_iteration": 1})
+    assert close_study(folder, "pop") == 1
+    study = optuna.load_study(study_name="pop", storage=study_url(folder))
+    assert [(t.state.name, t.value) for t in study.trials] == [("COMPLETE", 10.0), ("PRUNED", 7.0)]
+    assert close_study(folder, "pop") == 0
+    assert close_study(tmp_path / "no-study", "pop") == 0

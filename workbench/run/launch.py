@@ -5,6 +5,7 @@ before this module starts Ray."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -45,6 +46,7 @@ from workbench.policy.mlflow_model import log_checkpoint_model
 from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.console import LibraryLogs
 from workbench.run.folder_lock import FolderLock
+from workbench.run.optuna_study import close_study
 from workbench.run.progress import ProgressTable, StopGoal
 from workbench.run.ray_session import (
     check_dashboard,
@@ -352,6 +354,9 @@ def _finish(
         summary.mlflow_experiment = session.tracker.target.experiment
     if not summary.interrupted:
         evaluate_best(resolved, session, summary)
+        if resolved.experiment.search.type == "optuna":  # its study says it has ended
+            with contextlib.suppress(Exception):  # the study is a view: never fail the run
+                close_study(resolved.results_dir, resolved.experiment.name)
     if session.tracker is not None:
         log_summary_metrics(session, summary, elapsed_s)
     return summary

@@ -26,6 +26,7 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 STUDY_FILE = "optuna.db"
+TRIAL_ID_ATTR = "tune_trial_id"  # each study trial's user attribute: Tune's trial id
 
 
 def study_url(results_dir: Path) -> str:
@@ -64,6 +65,15 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         if isinstance(value, int | float) and not math.isnan(value):
             super().on_trial_result(trial_id, result)
 
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """Ray's suggestion; the study's trial is tagged with Tune's trial id (the trial
+        ``PPO_<id>`` of the results folder and of MLflow)."""
+        config: dict[str, Any] | None = super().suggest(trial_id)
+        trial = self._ot_trials.get(trial_id)
+        if trial is not None and self._storage is not None:
+            trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
+        return config
+
     def save(self, checkpoint_path: str) -> None:
         """What the study's database does not hold: no storage and no study (their URL
         is absolute), Optuna's trial ids instead of its trial objects."""
@@ -100,3 +110,17 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         # Ray infers the attribute None from its __init__.
         self._ot_study = study  # type: ignore[assignment]
         self._ot_trials = {tid: optuna.Trial(study, i) for tid, i in ids.items()}
+
+
+def close_study(results_dir: Path, study_name: str) -> int:
+    """When a population has ended (not interrupted), its trials the population's own rule
+    or budget stopped are still RUNNING in the study: Tune tells the searcher only of trials
+    that end by themselves. They become PRUNED, with their last reported score as value,
+    as Optuna records a trial stopped early. Returns how many."""
+    if not (results_dir / STUDY_FILE).is_file():
+        return 0
+    study = optuna.load_study(study_name=study_name, storage=study_url(results_dir))
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in running:
+        study.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
+    return len(running)
