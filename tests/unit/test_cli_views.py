@@ -271,3 +271,44 @@ def test_the_exports_answer_in_json(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert {Path(p).parent for p in files["files"].values()} == {policy}
     assert all(Path(p).is_file() for p in files["files"].values())
     assert files["spec"]["env_id"] == "sim_ext/CartPole-v1"
+
+
+def test_the_lineage_tree_wraps_under_its_branches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = new_store(tmp_path / "results")
+    pop = store.population("pop")
+    for i in range(3):
+        store.trial(pop, f"PPO_0000{i}", returns=[1.0 + i] * 4, metrics={"hp/lr": [0.1] * 4})
+    changed = {
+        "old": {"clip_param": 0.105, "entropy_coeff": 0.0008195, "lr": 0.0008145},
+        "new": {"clip_param": 0.3175, "entropy_coeff": 0.01187, "lr": 2.469e-05},
+    }
+    store.lineage(
+        pop,
+        [
+            {
+                "seq": seq,
+                "time": 1.0,
+                "target": f"abc_0000{target}",
+                "target_name": f"PPO_0000{target}",
+                "source": "abc_00002",
+                "source_name": "PPO_00002",
+                "target_iteration": 2,
+                "source_iteration": 2,
+                **changed,
+            }
+            for seq, target in enumerate([0, 1])
+        ],
+    )
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["lineage", "--store", store.uri]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    first = next(i for i, line in enumerate(lines) if line.startswith("  ├─ it 2: PPO_0000"))
+    assert lines[first + 1].startswith("  │    ")  # the branch goes on beside its text
+    last = next(i for i, line in enumerate(lines) if line.startswith("  └─ it 2: PPO_0000"))
+    assert lines[last + 1].startswith("       ") and "2.469e-05" in lines[last + 1]
+    assert main(["lineage", "--store", store.uri, "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide) == len(lines) - 2 and max(len(line) for line in wide) > 80

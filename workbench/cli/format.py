@@ -108,6 +108,9 @@ def param_text(text: str) -> str:
     return num(value) if math.isfinite(value) else text
 
 
+_UNDER = str.maketrans({"└": " ", "─": " ", "*": " "})
+
+
 def wrapped(lines: list[str], width: int | None) -> list[str]:
     """Each line wrapped to ``width`` (None: as it is), its continuation indented under
     its text (past a leading "-> " too)."""
@@ -115,9 +118,12 @@ def wrapped(lines: list[str], width: int | None) -> list[str]:
         return list(lines)
     out: list[str] = []
     for line in lines:
-        body = line.lstrip(" ")
+        body = line.lstrip(" *│├└─")  # past a tree's branches too (`workbench lineage`)
         lead = line[: len(line) - len(body)]
-        hang = lead + ("   " if body.startswith("-> ") else "  ")
+        # The continuation: under the text, a branch that goes on still drawn.
+        hang = lead.replace("├", "│").translate(_UNDER) + (
+            "   " if body.startswith("-> ") else "  "
+        )
         out += textwrap.wrap(
             body,
             width=width,

@@ -384,7 +384,7 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
         _print_json(lineage.to_json())
     else:
         print(f"Lineage of population {pop.name} ({len(lineage.records)} exploits):")
-        print(lineage.tree())
+        print("\n".join(wrapped(lineage.tree().splitlines(), _width(args))))
     if args.png:
         from workbench.analysis.plots import lineage_tree
 
@@ -889,7 +889,7 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         "who cloned whom in a PBT population",
         ["workbench lineage", "workbench lineage --population cartpole_pbt --png lineage.png"],
         handler=_cmd_lineage,
-        shared=["population", "store", "json"],
+        shared=["population", "store", "json", "wide"],
     )
     lineage.add_argument("experiment", **population_arg)  # type: ignore[arg-type]
     _path(lineage.add_argument("--png", metavar="FILE", help="also draw the tree to this PNG"))
