@@ -69,6 +69,8 @@ ENV_RUNNERS = "env_runners"
 # The window in a checkpoint folder (listed in its manifest like every other file).
 SCORE_FILE = "workbench_score.json"
 EVAL_TIME_METRIC = EVAL_METRIC_PREFIX + "time_s"
+# The most envs one evaluation steps at once (more episodes: batches of this many).
+MAX_ENVS = 1024
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,7 @@ def evaluate_module(
 
     def play(act: Callable[[np.ndarray], np.ndarray], n: int) -> tuple[list[float], list[int]]:
         return rollout(
-            act, env_id, env_config, episodes=n, seed=settings.eval_seed, max_envs=n
+            act, env_id, env_config, episodes=n, seed=settings.eval_seed, max_envs=min(n, MAX_ENVS)
         )
 
     start = time.perf_counter()
