@@ -36,7 +36,7 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,9 +209,6 @@ def nested(flat: dict[str, float]) -> dict[str, dict[str, float]]:
 
 # --- the confirming evaluation -------------------------------------------------------------
 
-# (act, episodes) -> (returns, lengths): plays the episodes; a seam for tests.
-Roller = Callable[[Callable[[np.ndarray], np.ndarray], int], tuple[list[float], list[int]]]
-
 
 def evaluate_module(
     module: Any,
@@ -221,7 +218,6 @@ def evaluate_module(
     normalize_actions: bool,
     clip_actions: bool,
     settings: ScoreSettings,
-    roller: Roller | None = None,
 ) -> dict[str, float]:
     """The module's policy over ``settings.eval_episodes`` episodes (episode k reset with
     seed ``eval_seed + k``, all of them at once on one vector env), as eval/* metrics.
@@ -236,18 +232,18 @@ def evaluate_module(
         clip_actions=clip_actions,
         deterministic=settings.deterministic,
     )
-    act = torch_actor(policy)
     episodes = settings.eval_episodes
-
-    def play(act: Callable[[np.ndarray], np.ndarray], n: int) -> tuple[list[float], list[int]]:
-        return rollout(
-            act, env_id, env_config, episodes=n, seed=settings.eval_seed, max_envs=min(n, MAX_ENVS)
-        )
-
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.eval_seed)
-        returns, _ = (roller or play)(act, episodes)
+        returns, _ = rollout(
+            torch_actor(policy),
+            env_id,
+            env_config,
+            episodes=episodes,
+            seed=settings.eval_seed,
+            max_envs=min(episodes, MAX_ENVS),
+        )
     values = np.asarray(returns, dtype=np.float64)
     return {
         EVAL_RETURN_METRIC: float(values.mean()),

@@ -25,7 +25,6 @@ from workbench.trial.manifest import (
     write_manifest,
 )
 from workbench.trial.score import (
-    Roller,
     ScoreSettings,
     ScoreWindow,
     evaluate_module,
@@ -88,8 +87,6 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
         # with the next result (the driver prints it and tags the trial's MLflow run).
         _checkpoint_note: str | None = None
         score_settings = score
-        # (act, episodes) -> (returns, lengths) in place of the vector env's rollout.
-        eval_roller: Roller | None = None
 
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
             # A new trial's window, or the one a restore brings (reset_config, resume).
@@ -200,7 +197,8 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             return result
 
         def evaluate_for_stop(self) -> dict[str, float]:
-            """The current policy over the stop's evaluation episodes (eval/* metrics)."""
+            """The current policy over the stop's evaluation episodes (eval/* metrics);
+            tests put a stub evaluation in its place."""
             config = self.config
             env_id = config.env if isinstance(config.env, str) else str(config.env)
             return evaluate_module(
@@ -210,7 +208,6 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 normalize_actions=bool(config.normalize_actions),
                 clip_actions=bool(config.clip_actions),
                 settings=self.score_settings,
-                roller=self.eval_roller,
             )
 
     Seeded.__name__ = Seeded.__qualname__ = algo_class.__name__
