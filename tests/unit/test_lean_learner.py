@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +30,7 @@ from workbench.trial.lean_learner import (
     CURRENT_CLIP_PARAM_KEY,
     LEAN_KEY,
     LeanPPOTorchLearner,
+    install_lean_weight_sync,
     minibatch_plan,
 )
 
@@ -290,3 +292,39 @@ def test_rllibs_own_loop_reads_the_clip_schedule_too(episodes: list[Any]) -> Non
         update(target, episodes[0], seed=0)
     assert max_difference(weights(lean), weights(rllib_loop)) == 0.0
     assert max_difference(weights(lean), weights(unscheduled)) > 1e-6
+
+
+def test_weight_sync_to_the_local_runner_copies_what_rllib_would_send(
+    episodes: list[Any],
+) -> None:
+    lean = learner(ppo_config(learner_class=LeanPPOTorchLearner))
+    runner = SingleAgentEnvRunner(config=ppo_config())
+    try:
+        before = {k: v.clone() for k, v in runner.module.state_dict().items()}
+        update(lean, episodes[0], seed=0)
+        rllib_calls: list[dict[str, Any]] = []
+        group = SimpleNamespace(
+            local_env_runner=runner,
+            num_remote_workers=lambda: 0,
+            sync_weights=lambda **kwargs: rllib_calls.append(kwargs),
+        )
+        learner_group = SimpleNamespace(is_local=True, _learner=lean)
+        install_lean_weight_sync(
+            SimpleNamespace(env_runner_group=group, learner_group=learner_group)
+        )
+        group.sync_weights(from_worker_or_learner_group=learner_group, inference_only=True)
+        assert not rllib_calls
+        # What RLlib's set_state loads from the learner's inference-only state.
+        # (keys it does not send would stay as they were).
+        sent = lean.module[MODULE].get_state(inference_only=True)
+        synced = runner.module.state_dict()
+        for key, value in synced.items():
+            expected = torch.as_tensor(sent[key]) if key in sent else before[key]
+            assert torch.equal(value, expected), key
+        assert any(not torch.equal(before[k], synced[k]) for k in sent if k in synced)
+        assert runner._weights_seq_no == lean._weights_seq_no == 1
+        # Global vars, or another source: RLlib's own sync.
+        group.sync_weights(from_worker_or_learner_group=learner_group, global_vars={"t": 1})
+        assert len(rllib_calls) == 1
+    finally:
+        runner.stop()

@@ -15,7 +15,11 @@ from workbench.experiment.defaults import Defaults
 from workbench.experiment.resolve import ResolvedExperiment, lean_learner_applies
 from workbench.trial.callbacks import callbacks_class
 from workbench.trial.fast_runner import FastEnvRunner
-from workbench.trial.lean_learner import CLIP_SCHEDULE_KEY, LeanPPOTorchLearner
+from workbench.trial.lean_learner import (
+    CLIP_SCHEDULE_KEY,
+    LeanPPOTorchLearner,
+    install_lean_weight_sync,
+)
 
 # Adjusts the RLlib config beyond what experiment files say (from Python).
 Configure = Callable[[AlgorithmConfig], AlgorithmConfig]
@@ -79,6 +83,12 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
         config.env_runners(env_runner_cls=FastEnvRunner)
     if lean_learner_applies(exp):
         config.learners(learner_class=LeanPPOTorchLearner)
+        # Weight syncs to the trial's own env runner copy tensors (no object store).
+        given = config.callbacks_on_algorithm_init
+        hooks: list[Any] = (
+            list(given) if isinstance(given, list | tuple) else [given] if given else []
+        )
+        config.callbacks(on_algorithm_init=[*hooks, install_lean_weight_sync])
         if isinstance(clip_schedule, list):
             config.learners(learner_config_dict={CLIP_SCHEDULE_KEY: clip_schedule})
     return config
