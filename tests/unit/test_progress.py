@@ -243,6 +243,16 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
         assert "MLflow refused Result" in log
         for text in ("Started a local Ray", "Cannot find metric", "deprecated thing", "Saving"):
             assert text in log
+        # Ray sets its format on every handler of its logger when it starts (after the
+        # take-over in a resume): the file keeps the workbench's.
+        from ray._private.ray_logging import setup_logger
+
+        with LibraryLogs() as logs:
+            logs.open_file(tmp_path, "resume")
+            setup_logger(logging.INFO, "RAYS OWN %(message)s")
+            logging.getLogger("ray").info("Started again")
+        assert "RAYS OWN" not in (tmp_path / LOG_FILE).read_text()
+        assert " INFO ray: Started again" in (tmp_path / LOG_FILE).read_text()
         # --verbose: on the console as well.
         with LibraryLogs(verbose=True) as logs:
             logs.open_file(tmp_path, "resume")

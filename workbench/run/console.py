@@ -39,7 +39,21 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _LIBRARY_LEVEL = logging.INFO
 
 
-class _Stderr(logging.Handler):
+class _OwnFormat:
+    """A handler whose format stays the workbench's: ``ray.init`` sets its own
+    formatter on every handler of the "ray" logger (``setup_logger``), ours included
+    when Ray starts after the take-over (a resume)."""
+
+    def setFormatter(self, fmt: logging.Formatter | None) -> None:
+        if getattr(self, "formatter", None) is None:
+            self.formatter = fmt
+
+
+class _LogFile(_OwnFormat, logging.FileHandler):
+    pass
+
+
+class _Stderr(_OwnFormat, logging.Handler):
     """--verbose: the records on whatever sys.stderr is when they are written (the live
     view puts them above its table)."""
 
@@ -135,7 +149,7 @@ class LibraryLogs:
         """Starts ``results_dir/workbench.log`` (appended to: a resume adds its own part)
         with what was logged so far."""
         self.path = results_dir / LOG_FILE
-        file_handler = logging.FileHandler(self.path, mode="a", encoding="utf-8")
+        file_handler = _LogFile(self.path, mode="a", encoding="utf-8")
         file_handler.setFormatter(logging.Formatter(_FORMAT))
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         with self.path.open("a", encoding="utf-8") as out:
