@@ -4,7 +4,14 @@ Every command parses its options, calls one function of the package and prints w
 returns (numbers, times and tables: `workbench.cli.format`).
 
 Exit codes: 0 success, 1 the run failed, 2 bad input (nothing was started; for the
-commands that read an MLflow store, also a store that cannot be read: one line).
+commands that read an MLflow store, also a store that cannot be read: one line), 141 the
+reader of stdout went away (`| head`: no traceback).
+
+One CLI: the options several commands share (--store, --json, --population, --wide) are
+spelled once (`_option_sets`, argparse parents); every command has a description and
+examples (`_Commands.add`); an option a command does not know is told with that command's
+usage (`_parse`); `workbench completion SHELL` prints shtab's script for this parser.
+Tables and prose fit the terminal's width (`workbench.cli.format`), --wide prints them whole.
 
 Imports: each handler imports its command's package modules itself (the one place the
 workbench imports inside functions), so that `workbench --help` and the light commands
