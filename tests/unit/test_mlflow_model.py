@@ -6,9 +6,12 @@ tests/integration/test_evaluate_integration.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -23,35 +26,72 @@ from workbench.policy.export import load_exported, sample_observations
 CASES = [("PPO", "sim_ext/CartPole-v1"), ("PPO", "sim_ext/Pendulum-v1")]
 
 
+@dataclass
+class Tracked:
+    store: Store
+    population: str
+    trial_dir: Path
+    run_id: str
+
+    def args(self, *more: str) -> list[str]:
+        """export-policy of the trial by name in its population's store."""
+        return [
+            "export-policy",
+            "PPO_00000",
+            "--store",
+            self.store.uri,
+            "--population",
+            self.population,
+            *more,
+        ]
+
+    def models(self) -> list[Any]:
+        """The MLflow models logged to the trial's run."""
+        experiment = self.store.client.get_run(self.run_id).info.experiment_id
+        found = self.store.client.search_logged_models(experiment_ids=[experiment])
+        return [m for m in found if m.source_run_id == self.run_id]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, dict[str, Path]]:
+    """One store and one checkpoint per env for the module (building either takes seconds)."""
+    root = tmp_path_factory.mktemp("mlflow_model")
+    checkpoints = {
+        env_id: learner_group_checkpoint(root / env_id.split("/")[1], algorithm, env_id)
+        for algorithm, env_id in CASES
+    }
+    return new_store(root / "results"), checkpoints
+
+
 @pytest.fixture(params=CASES, ids=[e.split("/")[1] for _, e in CASES])
-def tracked_trial(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, Path, str]:
-    """A population's trial run whose folder holds a checkpoint: (store, trial folder, run)."""
-    algorithm, env_id = request.param
-    store = new_store(tmp_path / "results")
-    results_dir = tmp_path / "results" / "pop"
-    parent = store.population("pop", results_dir=results_dir)
+def tracked_trial(
+    request: pytest.FixtureRequest, shared: tuple[Store, dict[str, Path]], tmp_path: Path
+) -> Tracked:
+    """A new population's trial run whose folder holds a copy of the env's checkpoint."""
+    store, checkpoints = shared
+    name = f"pop_{tmp_path.name}"
+    results_dir = tmp_path / name
+    parent = store.population(name, results_dir=results_dir)
     run_id = store.trial(parent, "PPO_00000", returns=[10.0, 20.0], status="KILLED")
     trial_dir = results_dir / "PPO_00000"
-    learner_group_checkpoint(trial_dir / "checkpoint_000000", algorithm, env_id)
-    return store, trial_dir, run_id
+    shutil.copytree(checkpoints[request.param[1]], trial_dir / "checkpoint_000000")
+    return Tracked(store, name, trial_dir, run_id)
 
 
 def test_export_policy_logs_a_pyfunc_that_acts_as_the_exported_files(
-    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tracked_trial: Tracked, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store, trial_dir, run_id = tracked_trial
+    store, trial_dir, run_id = tracked_trial.store, tracked_trial.trial_dir, tracked_trial.run_id
     out = tmp_path / "policy"
-    assert main(["export-policy", "PPO_00000", "--store", store.uri, "-o", str(out)]) == 0
+    assert main(tracked_trial.args("-o", str(out))) == 0
     printed = capsys.readouterr().out
     spec = json.loads((out / "policy.json").read_text())
     observations = sample_observations(spec["env_id"], spec["env_config"], n=200, seed=5)
     with torch.no_grad():
         exported = load_exported(out / "policy.pt2")(torch.from_numpy(observations)).numpy()
 
-    logged = store.client.search_logged_models(
-        experiment_ids=[store.client.get_run(run_id).info.experiment_id]
-    )
-    assert [m.source_run_id for m in logged] == [run_id]
+    logged = tracked_trial.models()
+    assert len(logged) == 1
     model_uri = f"models:/{logged[0].model_id}"
     assert model_uri in printed
     mlflow.set_tracking_uri(store.uri)
@@ -73,14 +113,13 @@ def test_export_policy_logs_a_pyfunc_that_acts_as_the_exported_files(
 
 @pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
 def test_the_model_loads_and_predicts_without_ray_or_the_workbench(
-    tracked_trial: tuple[Store, Path, str], tmp_path: Path
+    tracked_trial: Tracked, tmp_path: Path
 ) -> None:
-    store, trial_dir, run_id = tracked_trial
+    store, trial_dir = tracked_trial.store, tracked_trial.trial_dir
     out = tmp_path / "policy"
     assert main(["export-policy", str(trial_dir), "--store", store.uri, "-o", str(out)]) == 0
-    logged = store.client.search_logged_models(
-        experiment_ids=[store.client.get_run(run_id).info.experiment_id]
-    )
+    logged = tracked_trial.models()
+    assert len(logged) == 1
     # A fresh Python where importing ray or workbench fails, as on a serving host without them.
     script = f"""
 import sys, json
@@ -113,11 +152,11 @@ print(json.dumps(np.asarray(model.predict(obs)).tolist()))
 
 @pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
 def test_register_makes_a_new_version_in_the_registry(
-    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tracked_trial: Tracked, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store, _, _ = tracked_trial
+    store = tracked_trial.store
     for n in (1, 2):
-        args = ["export-policy", "PPO_00000", "--store", store.uri, "-o", str(tmp_path / f"p{n}")]
+        args = tracked_trial.args("-o", str(tmp_path / f"p{n}"))
         assert main([*args, "--register", "cartpole-ppo"]) == 0
         assert f"Registered as models:/cartpole-ppo/{n}" in capsys.readouterr().out
     versions = store.client.search_model_versions("name='cartpole-ppo'")
@@ -135,10 +174,11 @@ def test_register_makes_a_new_version_in_the_registry(
 
 @pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
 def test_register_without_a_trial_run_is_refused_before_anything_is_written(
-    tracked_trial: tuple[Store, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tracked_trial: Tracked, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _, trial_dir, _ = tracked_trial
-    checkpoint = trial_dir / "checkpoint_000000"  # no --store, no experiment file: no run
+    checkpoint = (
+        tracked_trial.trial_dir / "checkpoint_000000"
+    )  # no --store, no experiment file: no run
     out = tmp_path / "policy"
     assert main(["export-policy", str(checkpoint), "-o", str(out), "--register", "x"]) == 2
     err = capsys.readouterr().err
@@ -150,14 +190,8 @@ def test_register_without_a_trial_run_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize("tracked_trial", [CASES[0]], indirect=True, ids=["CartPole-v1"])
-def test_no_log_writes_the_files_only(
-    tracked_trial: tuple[Store, Path, str], tmp_path: Path
-) -> None:
-    store, _, run_id = tracked_trial
+def test_no_log_writes_the_files_only(tracked_trial: Tracked, tmp_path: Path) -> None:
     out = tmp_path / "policy"
-    assert (
-        main(["export-policy", "PPO_00000", "--store", store.uri, "-o", str(out), "--no-log"]) == 0
-    )
+    assert main(tracked_trial.args("-o", str(out), "--no-log")) == 0
     assert (out / "policy.pt2").is_file()
-    experiment = store.client.get_run(run_id).info.experiment_id
-    assert store.client.search_logged_models(experiment_ids=[experiment]) == []
+    assert tracked_trial.models() == []
