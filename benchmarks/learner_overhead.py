@@ -178,7 +178,7 @@ def ppo_config(network: dict[str, Any], *, lean: bool, batch: int, minibatch: in
 
     from workbench.trial.config import register_env
     from workbench.trial.fast_runner import FastEnvRunner
-    from workbench.trial.lean_learner import LeanPPOTorchLearner
+    from workbench.trial.lean_learner import LeanPPOTorchLearner, install_lean_weight_sync
 
     config = (
         PPOConfig()
@@ -195,8 +195,9 @@ def ppo_config(network: dict[str, Any], *, lean: bool, batch: int, minibatch: in
         )
         .debugging(seed=0)
     )
-    if lean:
+    if lean:  # as workbench.trial.config sets it up: the lean learner and its weight sync
         config.learners(learner_class=LeanPPOTorchLearner)
+        config.callbacks(on_algorithm_init=install_lean_weight_sync)
     return config
 
 
