@@ -379,7 +379,12 @@ def log_summary_metrics(session: _Session, summary: RunSummary, elapsed_s: float
                 errors=summary.errors,
                 env_steps=sum(t.env_steps for t in summary.trials),
                 wall_time_s=elapsed_s,
-                best_return=summary.best.best_return if summary.best else math.nan,
+                # Any trial's best score (the trial named best may be the one that
+                # confirmed the return target first, not the highest score).
+                best_return=max(
+                    (t.best_return for t in summary.trials if not math.isnan(t.best_return)),
+                    default=math.nan,
+                ),
                 best_eval_return=evaluated,
             ),
         )
