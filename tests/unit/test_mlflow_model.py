@@ -195,3 +195,10 @@ def test_no_log_writes_the_files_only(tracked_trial: Tracked, tmp_path: Path) ->
     assert main(tracked_trial.args("-o", str(out), "--no-log")) == 0
     assert (out / "policy.pt2").is_file()
     assert tracked_trial.models() == []
+
+
+def test_the_model_code_and_the_logger_agree_on_the_artifact() -> None:
+    from workbench.policy import mlflow_model, pyfunc_model
+
+    assert Path(pyfunc_model.__file__) == mlflow_model.PYFUNC_FILE
+    assert pyfunc_model.ARTIFACT == mlflow_model.PROGRAM_ARTIFACT

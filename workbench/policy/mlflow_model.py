@@ -29,7 +29,6 @@ import torch
 from mlflow.models import infer_signature
 
 from workbench.errors import ExperimentError
-from workbench.policy import pyfunc_model
 from workbench.policy.checkpoint import PolicyCheckpoint
 from workbench.policy.export import (
     SPEC_FILE,
@@ -42,6 +41,10 @@ from workbench.policy.locate import locate_checkpoint
 from workbench.tracking.store import client_for
 
 MODEL_NAME = "policy"  # the model's name in its run (runs:/RUN_ID/policy)
+# The model's code: a file MLflow copies into the model and runs when it loads it. Not
+# imported here: running it registers its model with MLflow (mlflow.models.set_model).
+PYFUNC_FILE = Path(__file__).with_name("pyfunc_model.py")
+PROGRAM_ARTIFACT = "policy"  # pyfunc_model.ARTIFACT: the torch.export program
 _ENV_VAR = "MLFLOW_TRACKING_URI"
 
 
@@ -128,9 +131,9 @@ def log_policy_model(
     with _tracking_uri(tracking_uri), _quiet(), mlflow.start_run(run_id=run_id):
         info = mlflow.pyfunc.log_model(
             name=MODEL_NAME,
-            python_model=Path(pyfunc_model.__file__),
+            python_model=PYFUNC_FILE,
             artifacts={
-                pyfunc_model.ARTIFACT: str(program),
+                PROGRAM_ARTIFACT: str(program),
                 "spec": str(exported.folder / SPEC_FILE),
             },
             signature=signature,
