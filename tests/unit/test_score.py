@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from workbench.experiment.schema import StopSection
 from workbench.names import (
@@ -256,6 +257,43 @@ def test_without_an_evaluation_the_score_alone_stops_and_nothing_is_rolled_out()
     result = trial.step()
     assert "eval" not in result and trial.evaluated_at == []
     assert stopper("t0", result) and stopper.reached[SCORE_METRIC] == 480.0
+
+
+def test_eval_from_evaluates_below_the_target_and_the_evaluation_alone_stops() -> None:
+    # The training score (480) stays below the target (490): without eval_from the
+    # policy is never evaluated; with eval_from 450 it is, and its evaluation (490 from
+    # iteration 3) meets the target although the score never does.
+    stop = StopSection(return_mean=490.0, eval_episodes=100, eval_from=450.0)
+    stopper = RulesStopper(stop.tune_stop(), all_at_return=True)
+    never = _trainable(ScoreSettings(window=8, target=490.0, eval_episodes=100), passes_from=1)
+    for _ in range(5):
+        assert not stopper("t0", never.step())
+    assert never.evaluated_at == []
+    settings = ScoreSettings(window=8, target=490.0, eval_episodes=100, eval_from=450.0)
+    trial = _trainable(settings, passes_from=3)
+    stopped_at = None
+    for _ in range(10):
+        result = trial.step()
+        if stopper("t1", result):
+            stopped_at = result["training_iteration"]
+            break
+    assert trial.evaluated_at == [1, 3] and stopped_at == 3
+    assert stopper.reached[SCORE_METRIC] == 480.0 and stopper.reached[EVAL_RETURN_METRIC] == 490.0
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"eval_from": 400.0}, "needs a return target"),
+        ({"return_mean": 475.0, "eval_episodes": 0, "eval_from": 400.0}, "eval_episodes > 0"),
+        ({"return_mean": 475.0, "eval_from": 480.0}, "a value <= 475"),
+    ],
+)
+def test_eval_from_without_a_confirmed_target_or_above_it_is_refused(
+    fields: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(ValidationError, match=words):
+        StopSection(**fields)
 
 
 def test_the_trainable_checkpoints_its_window_and_a_restore_carries_it(tmp_path: Path) -> None:

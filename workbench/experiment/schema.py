@@ -227,6 +227,13 @@ class StopSection(_Strict):
         "seed, seed+1, ...; evaluation.deterministic says how the policy acts); a trial "
         "that falls short trains on. 0: stop on the score alone.",
     )
+    eval_from: float | None = Field(
+        None,
+        description="The score at which a trial's policy is first evaluated (default: "
+        "return_mean). Lower it where the training episodes understate the policy the "
+        "evaluation judges (a deterministic evaluation of a stochastic policy): the stop is "
+        "still judged by the evaluation against return_mean.",
+    )
     iterations: PositiveInt | None = Field(None, description="training_iteration")
     env_steps: PositiveInt | None = Field(None, description="num_env_steps_sampled_lifetime")
     wall_time_s: PositiveFloat | None = Field(
@@ -245,6 +252,23 @@ class StopSection(_Strict):
         description="End the whole experiment once any trial reaches return_mean "
         "(default: yes under PBT/PB2, whose population searches together; no otherwise).",
     )
+
+    @model_validator(mode="after")
+    def _eval_from(self) -> StopSection:
+        if self.eval_from is None:
+            return self
+        if self.return_mean is None or not self.eval_episodes:
+            raise ValueError(
+                f"eval_from {self.eval_from:g} needs a return target confirmed by an "
+                "evaluation: set return_mean and eval_episodes > 0, or remove eval_from"
+            )
+        if self.eval_from > self.return_mean:
+            raise ValueError(
+                f"eval_from {self.eval_from:g} is above return_mean {self.return_mean:g}: "
+                "a trial is evaluated before its evaluation can stop it (a value <= "
+                f"{self.return_mean:g})"
+            )
+        return self
 
     @field_validator("metrics")
     @classmethod

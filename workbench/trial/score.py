@@ -83,12 +83,21 @@ class ScoreSettings:
     target: float | None = None
     # Episodes of the confirming evaluation; 0: a stop on the score alone.
     eval_episodes: int = DEFAULT_EVAL_EPISODES
+    # The score at which the policy is evaluated (None: the target).
+    eval_from: float | None = None
     deterministic: bool = True
     eval_seed: int = 0
 
     @property
     def confirms(self) -> bool:
         return self.target is not None and self.eval_episodes > 0
+
+    @property
+    def evaluate_at(self) -> float | None:
+        """The score that makes an evaluation due (None: never evaluated)."""
+        if not self.confirms:
+            return None
+        return self.target if self.eval_from is None else self.eval_from
 
 
 class ScoreWindow:
@@ -259,6 +268,7 @@ def score_settings(experiment: Experiment) -> ScoreSettings:
         window=experiment.score.window,
         target=experiment.stop.return_mean,
         eval_episodes=experiment.stop.eval_episodes,
+        eval_from=experiment.stop.eval_from,
         deterministic=experiment.evaluation.deterministic,
         eval_seed=experiment.seed,
     )

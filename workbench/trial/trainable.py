@@ -187,7 +187,8 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             metrics = window.metrics()
             settings = self.score_settings
             target = settings.target if settings.confirms else None
-            if target is not None and window.evaluation_due(target):
+            due_at = settings.evaluate_at
+            if target is not None and due_at is not None and window.evaluation_due(due_at):
                 evaluation = self.evaluate_for_stop()
                 metrics.update(evaluation)
                 if evaluation[EVAL_RETURN_METRIC] < target:
