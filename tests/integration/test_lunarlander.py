@@ -55,7 +55,9 @@ def test_the_lunarlander_pb2_experiment_runs_end_to_end(tmp_path: Path) -> None:
     }
     assert len(rows) == 2
     for results in rows.values():
-        assert results[-1]["training_iteration"] == 4
+        # At its stop rule (a member that PB2 exploited at its last iteration has been
+        # seen to report one more, from the donor's checkpoint).
+        assert results[-1]["training_iteration"] >= 4
         # LunarLander's returns: random landers crash at about -100 to -600 an episode.
         returns = [
             r["env_runners"]["episode_return_mean"]
