@@ -84,8 +84,13 @@ def test_resume_by_an_experiments_name_takes_its_newest_population(tmp_path: Pat
     assert find_results_dir("pop", str(storage)) == newest.resolve()
     assert find_results_dir(str(newest)) == newest.resolve()
     assert find_results_dir("pop_20260130-141502-2", str(storage)).name.endswith("-2")
+    # A path ending in the experiment's name, absolute or under the storage, means the same.
+    assert find_results_dir(str(storage / "pop")) == newest.resolve()
+    assert find_results_dir("results/pop", str(tmp_path)) == newest.resolve()
     with pytest.raises(ExperimentError, match="no population to resume"):
         find_results_dir("nothing", str(storage))
+    with pytest.raises(ExperimentError, match="no population to resume"):
+        find_results_dir(str(tmp_path / "nowhere"), str(storage))
 
 
 class _Summary:

@@ -121,7 +121,10 @@ def find_results_dir(ref: str, storage: str = "results") -> Path:
     # An absolute ref is the same path under any storage: try it once.
     candidates = list(dict.fromkeys([Path(ref), Path(storage) / ref]))
     if not any((p / RESOLVED_FILE).is_file() for p in candidates):
-        newest = newest_population(Path(storage), ref)
+        # A name, or a path ending in one (`results/cartpole_pbt`): its newest run.
+        named = Path(ref)
+        parent = named.parent if named.is_absolute() else Path(storage) / named.parent
+        newest = newest_population(parent, named.name) if named.name else None
         if newest is not None:
             candidates.append(newest)
     for path in candidates:
