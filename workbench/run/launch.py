@@ -160,7 +160,11 @@ class _Session:
 
 
 def _session(
-    resolved: ResolvedExperiment, config: AlgorithmConfig, *, progress_interval_s: float
+    resolved: ResolvedExperiment,
+    config: AlgorithmConfig,
+    *,
+    progress_interval_s: float,
+    all_at_once: bool = False,
 ) -> _Session:
     exp = resolved.experiment
     stopper = RulesStopper(
@@ -185,6 +189,8 @@ def _session(
         ),
     )
     trial_scheduler = scheduler(resolved)
+    if hasattr(trial_scheduler, "all_run_at_once"):
+        trial_scheduler.all_run_at_once = all_at_once  # no fair-share pauses (NoIdlePause)
     add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
     if add_listener is not None:
         add_listener(table.on_exploit)  # one line per exploit, in the user's names
@@ -449,13 +455,13 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
 
 def _checked(
     resolved: ResolvedExperiment, config: AlgorithmConfig, address: str | None
-) -> tuple[ResolvedExperiment, AlgorithmConfig]:
+) -> tuple[ResolvedExperiment, AlgorithmConfig, bool]:
     """The pre-flight against the live cluster: the experiment and config to run (the
-    CPU fallback's where the plan fell back), or ExperimentError before anything is
-    written."""
+    CPU fallback's where the plan fell back) and whether every trial runs at once, or
+    ExperimentError before anything is written."""
     plan = preflight(resolved, config, address=address)
     assert plan.resolved is not None and plan.config is not None
-    return plan.resolved, plan.config
+    return plan.resolved, plan.config, plan.concurrent >= plan.trials
 
 
 def run(
@@ -486,11 +492,15 @@ def run(
         if problems:
             raise ExperimentError(problems)
         start_ray(address, dashboard=dashboard)
-        resolved, config = _checked(resolved, build_config(resolved, configure), address)
+        resolved, config, all_at_once = _checked(
+            resolved, build_config(resolved, configure), address
+        )
         prepare_results_dir(resolved)
         logs.open_file(resolved.results_dir, "run")
         record_ray_session(resolved.results_dir)
-        session = _session(resolved, config, progress_interval_s=progress_interval_s)
+        session = _session(
+            resolved, config, progress_interval_s=progress_interval_s, all_at_once=all_at_once
+        )
         tuner = tune.Tuner(
             session.trainable,
             param_space=session.param_space,
@@ -531,9 +541,13 @@ def resume(
                 f"(pids {', '.join(map(str, killed))})"
             )
         start_ray(address)
-        resolved, config = _checked(resolved, build_config(resolved, configure), address)
+        resolved, config, all_at_once = _checked(
+            resolved, build_config(resolved, configure), address
+        )
         record_ray_session(resolved.results_dir)
-        session = _session(resolved, config, progress_interval_s=progress_interval_s)
+        session = _session(
+            resolved, config, progress_interval_s=progress_interval_s, all_at_once=all_at_once
+        )
         if restart_errored:
             # Not Tune's restart_errored: it re-creates an errored trial from its resolved
             # config, which fails in add_trial's placeholder resolution for any RLlib config

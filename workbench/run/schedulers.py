@@ -211,6 +211,38 @@ def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
     return False
 
 
+class NoIdlePause:
+    """Mixin for PBT and PB2: no fair-share pause when every trial runs at once.
+
+    Asynchronous PBT pauses a trial at each perturbation point whenever another trial is
+    PAUSED or PENDING, so that a population larger than the cluster gets a fair share of
+    it (Tune, PopulationBasedTraining.on_trial_result). A trial PBT has just exploited is
+    PAUSED until it restarts from its donor, so in a population that fits the cluster
+    the donor was paused at nearly every decision too: its checkpoint restored, its
+    episodes in flight thrown away. With 64 steps per env between restarts CartPole's
+    episodes longer than about 128 steps never ended, no score moved past 100 and a
+    population of 2 trained for 10 minutes without reaching its target of 120. When
+    ``all_run_at_once`` (the plan: the population fits the cluster), the pause is a
+    CONTINUE; synchronous PBT's pauses at its sync point stay.
+    """
+
+    all_run_at_once: bool = False
+    _synch: bool
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        decision: str = super().on_trial_result(  # type: ignore[misc]
+            tune_controller, trial, result
+        )
+        if (
+            decision == TrialScheduler.PAUSE
+            and self.all_run_at_once
+            and not self._synch
+            and trial.status == Trial.RUNNING
+        ):
+            return str(TrialScheduler.CONTINUE)
+        return decision
+
+
 def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) -> bool:
     """Whether a trial at iteration ``now``, which last restarted from a checkpoint of
     iteration ``start`` (0: never), may restart from a donor's checkpoint of iteration
@@ -231,9 +263,10 @@ def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) ->
 class FreshExploits:
     """Mixin for PBT and PB2: exploits that never thrash.
 
-    - A donor is chosen only among the upper quantile's trials whose checkpoint
-      ``donor_allowed`` accepts; with none, the trial trains on (Tune would pick one at
-      random and, without a checkpoint, skip the exploit).
+    - A donor is chosen only among the upper quantile's trials that score strictly
+      better and whose checkpoint ``donor_allowed`` accepts; with none, the trial
+      trains on (Tune would pick one at random and, without a checkpoint, skip the
+      exploit).
     - An exploited trial's new start is the donor checkpoint's iteration: its next
       decision is a full interval after it (Tune copies the donor's clock, which is
       the same for the checkpoints Tune holds; stated here, not assumed), and until
@@ -258,6 +291,9 @@ class FreshExploits:
                 donor
                 for donor in upper_quantile
                 if self._trial_state[donor].last_checkpoint is not None
+                # A tie is no evidence: a trial whose score equals the donor's (its copied
+                # window, no episode ended since) is not cloned over again.
+                and self._trial_state[donor].last_score > state.last_score
                 and donor_allowed(
                     now=int(state.last_train_time),
                     start=int(getattr(state, "workbench_start", 0) or 0),
@@ -267,8 +303,9 @@ class FreshExploits:
             ]
             if not donors:
                 logger.info(
-                    "[pbt] %s trains on at iteration %s: no donor's checkpoint is both at "
-                    "most one interval old and a full interval past its last start",
+                    "[pbt] %s trains on at iteration %s: no donor scores better with a "
+                    "checkpoint at most one interval old and a full interval past its last "
+                    "start",
                     trial,
                     state.last_train_time,
                 )
@@ -291,7 +328,12 @@ class FreshExploits:
 
 
 class WorkbenchPBT(
-    FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PopulationBasedTraining
+    NoIdlePause,
+    FreshExploits,
+    NoStopAfterSave,
+    ExploitRecorder,
+    ResumablePBT,
+    PopulationBasedTraining,
 ):
     # The experiment's search space: explores by its blocks (ParamSpec.perturb: integers
     # and quantized values always move, lists move to a neighbour); Tune's explore
@@ -311,7 +353,7 @@ class WorkbenchPBT(
         )
 
 
-class WorkbenchPB2(FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
+class WorkbenchPB2(NoIdlePause, FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",
