@@ -136,17 +136,21 @@ def read_trials(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def first_crossing(
-    trials: dict[str, list[dict[str, Any]]], threshold: float, started_at: float
+    trials: dict[str, list[dict[str, Any]]],
+    threshold: float,
+    started_at: float,
+    metric: tuple[str, ...] = RETURN_METRIC,
 ) -> tuple[float | None, float | None, str | None, float]:
     """(time_total_s, seconds since `started_at` (epoch), trial) of the earliest row whose
-    return reaches `threshold`, and the best return of any row (nan when none had one)."""
+    ``metric`` (RLlib's iteration mean by default) reaches `threshold`, and the best value
+    of any row (nan when none had one)."""
     best_time: float | None = None
     best_launch: float | None = None
     reached_by: str | None = None
     best_return = math.nan
     for name, rows in trials.items():
         for row in rows:
-            value = number_at(row, *RETURN_METRIC)
+            value = number_at(row, *metric)
             if value is None:
                 continue
             if math.isnan(best_return) or value > best_return:

@@ -24,6 +24,9 @@ from workbench.names import LINEAGE_FILE
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
 
+ITERATIONS = 30
+
+
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
     space = {"params": {"lr": {"loguniform": [1e-5, 1e-2]}}}
     population = {"search_space": space, "population": 2, "stop": {"iterations": 14}}
@@ -65,13 +68,16 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
-    # PBT decides at every iteration: with two trials, the one deciding has the newer,
-    # usually better score, so exploits come by noise; more decisions make one after
-    # the resume all but certain.
+    # PBT decides at every iteration: the one deciding has the newer, usually better
+    # score, so exploits come by noise; 30 decisions each make one after the resume all
+    # but certain. Iterations of 1000 env steps (about a second): with 256 (0.3 s) an
+    # exploited trial, restarting in a new process, came back 20 iterations behind the
+    # other, which had finished or had no checkpoint the rules let it give.
     experiment = _experiment(
         tmp_path,
         scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5},
-        stop={"iterations": 10},
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
+        stop={"iterations": ITERATIONS},
     )
     results_dir = tmp_path / "results" / "pop"
     driver = subprocess.Popen(
@@ -128,7 +134,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
 
     rows = result_rows(results_dir)
     for name, trial_rows in rows.items():
-        assert trial_rows[-1]["training_iteration"] == 10, name  # reached its stop rule
+        assert trial_rows[-1]["training_iteration"] == ITERATIONS, name  # its stop rule
         if name in restore_from:
             after = trial_rows[rows_before[name] :]
             iteration, lr = restore_from[name]
@@ -158,7 +164,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         stored = [int(m.value) for m in sorted(history, key=lambda m: m.step)]
         kept = iter(r["training_iteration"] for r in rows[run.info.run_name])
         assert all(any(k == v for k in kept) for v in stored), run.info.run_name
-        assert max(history, key=lambda m: m.step).value == 10
+        assert max(history, key=lambda m: m.step).value == ITERATIONS
     # Whole: each row on its own line (result_rows parsed every one), and Ray's own
     # reader reads every trial's rows, with no warning.
     by_ray, warnings = rows_as_ray_reads_them(results_dir)

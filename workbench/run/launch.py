@@ -23,7 +23,12 @@ from ray.tune.utils import flatten_dict
 
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Interrupted, Problem
-from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
+from workbench.experiment.resolve import (
+    ResolvedExperiment,
+    check_results_dir,
+    describe,
+    grid_points,
+)
 from workbench.names import (
     ARTIFACTS_DIR,
     EVAL_RETURN_METRIC,
@@ -310,15 +315,16 @@ class _StopSignals:
                 signal.signal(sig, handler)
 
 
-def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float]:
-    """Tuner.fit under the workbench's stop signals (_StopSignals). Returns the results
-    and the wall time; Interrupted when stopped before Tune's loop began."""
+def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float, bool]:
+    """Tuner.fit under the workbench's stop signals (_StopSignals). Returns the results,
+    the wall time and whether a stop signal came; Interrupted when stopped before Tune's
+    loop began."""
     start = time.monotonic()
-    with _StopSignals():
+    with _StopSignals() as signals:
         try:
             with session.table.showing():
                 results = tuner.fit()
-            return results, time.monotonic() - start
+            return results, time.monotonic() - start, signals.count > 0
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             if session.tracker is not None:
@@ -330,7 +336,11 @@ def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float]:
 
 
 def _finish(
-    resolved: ResolvedExperiment, session: _Session, results: Any, elapsed_s: float
+    resolved: ResolvedExperiment,
+    session: _Session,
+    results: Any,
+    elapsed_s: float,
+    signalled: bool = False,
 ) -> RunSummary:
     summary = summarize(resolved, session.table, errors=len(results.errors))
     budget = resolved.experiment.stop.wall_time_s
@@ -342,8 +352,12 @@ def _finish(
     summary.confirmation = stopper.reached
     if stopper.reached_by in session.table.records:
         summary.best = session.table.records[stopper.reached_by]
-    summary.interrupted = not (budget_spent or by_rule) and any(
-        t.status not in ("TERMINATED", "ERROR") for t in summary.trials
+    # Unfinished trials, or (a searcher creates trials one by one: Optuna with
+    # max_concurrent) a signal before the search had created them all.
+    planned = resolved.experiment.population * grid_points(resolved.search_space)
+    summary.interrupted = not (budget_spent or by_rule) and (
+        any(t.status not in ("TERMINATED", "ERROR") for t in summary.trials)
+        or (signalled and len(summary.trials) < planned)
     )
     summary.wall_time_s = elapsed_s
     reached = session.table.records.get(stopper.reached_by) if by_rule else None

@@ -244,18 +244,19 @@ class NoIdlePause:
 
 
 def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) -> bool:
-    """Whether a trial at iteration ``now``, which last restarted from a checkpoint of
-    iteration ``start`` (0: never), may restart from a donor's checkpoint of iteration
-    ``checkpoint_at``.
+    """Whether a trial which last restarted from a checkpoint of iteration ``start`` (0:
+    never) may restart from the checkpoint of iteration ``checkpoint_at`` of a donor
+    whose last decision was at iteration ``now`` (the donor's own clock: trials that
+    run at once are not in step, a late starter is iterations behind).
 
-    The checkpoint must be at most one perturbation interval old (it says how the donor
-    did lately, not long ago) and lie at least a full interval beyond the trial's own
-    new start: the trial is never rolled back into, or before, the interval it has just
-    trained from its last exploit. Without the second rule an async population of 2
-    thrashed: the weaker trial restarted from the donor's checkpoint, trained its
-    interval, ranked below the donor's score of that same checkpoint, and restarted
-    from it again, 16 times in a row, while the donor (paused, and tied with it on
-    Tune's fair-share clock) never ran.
+    The checkpoint must be at most one perturbation interval older than the donor's
+    last decision (it is what the donor's score describes) and lie at least a full
+    interval beyond the trial's own new start: the trial is never rolled back into, or
+    before, the interval it has just trained from its last exploit. Without the second
+    rule an async population of 2 thrashed: the weaker trial restarted from the donor's
+    checkpoint, trained its interval, ranked below the donor's score of that same
+    checkpoint, and restarted from it again, 16 times in a row, while the donor
+    (paused, and tied with it on Tune's fair-share clock) never ran.
     """
     return checkpoint_at >= now - interval and checkpoint_at >= start + interval
 
@@ -264,7 +265,8 @@ class FreshExploits:
     """Mixin for PBT and PB2: exploits that never thrash.
 
     - A donor is chosen only among the upper quantile's trials that score strictly
-      better and whose checkpoint ``donor_allowed`` accepts; with none, the trial
+      better and whose checkpoint (PBT's, else its newest periodic one)
+      ``donor_allowed`` accepts; with none, the trial
       trains on (Tune would pick one at random and, without a checkpoint, skip the
       exploit).
     - An exploited trial's new start is the donor checkpoint's iteration: its next
@@ -287,20 +289,24 @@ class FreshExploits:
     ) -> None:
         if trial in lower_quantile:
             state = self._trial_state[trial]
-            donors = [
-                donor
-                for donor in upper_quantile
-                if self._trial_state[donor].last_checkpoint is not None
-                # A tie is no evidence: a trial whose score equals the donor's (its copied
-                # window, no episode ended since) is not cloned over again.
-                and self._trial_state[donor].last_score > state.last_score
-                and donor_allowed(
-                    now=int(state.last_train_time),
-                    start=int(getattr(state, "workbench_start", 0) or 0),
-                    checkpoint_at=int(self._trial_state[donor].last_train_time),
-                    interval=int(self._perturbation_interval),
-                )
-            ]
+            donors = []
+            for donor in upper_quantile:
+                donor_state = self._trial_state[donor]
+                checkpoint_at = self._donor_checkpoint_at(donor)
+                if (
+                    checkpoint_at is not None
+                    # A tie is no evidence: a trial whose score equals the donor's (its
+                    # copied window, no episode ended since) is not cloned over again.
+                    and donor_state.last_score > state.last_score
+                    and donor_allowed(
+                        now=int(donor_state.last_train_time),
+                        start=int(getattr(state, "workbench_start", 0) or 0),
+                        checkpoint_at=checkpoint_at,
+                        interval=int(self._perturbation_interval),
+                    )
+                ):
+                    self._offer_periodic_checkpoint(donor)
+                    donors.append(donor)
             if not donors:
                 logger.info(
                     "[pbt] %s trains on at iteration %s: no donor scores better with a "
@@ -315,6 +321,33 @@ class FreshExploits:
         super()._checkpoint_or_exploit(  # type: ignore[misc]
             trial, tune_controller, upper_quantile, lower_quantile
         )
+
+    def _donor_checkpoint_at(self, donor: Any) -> int | None:
+        """The iteration of the checkpoint ``donor`` would be cloned from: the one PBT
+        saved at its last decision, else its newest periodic checkpoint (None: none).
+
+        Tune saves a donor's checkpoint only when the donor itself ranked in the upper
+        quantile at its own last decision. Trials that run at once decide one after the
+        other, each against the others' older scores, so both of two trials can rank
+        lower at their own decisions: neither then has a checkpoint, and a population
+        of 2 exploited once in 30 iterations. The trial's periodic checkpoints
+        (checkpoint.frequency) are as good a start, within the same age limit."""
+        if self._trial_state[donor].last_checkpoint is not None:
+            return int(self._trial_state[donor].last_train_time)
+        latest = getattr(donor, "latest_checkpoint_result", None)
+        if latest is None or latest.checkpoint is None:
+            return None
+        at = (latest.metrics or {}).get(self._time_attr)
+        return int(at) if isinstance(at, int | float) else None
+
+    def _offer_periodic_checkpoint(self, donor: Any) -> None:
+        """Makes the donor's newest periodic checkpoint the one PBT clones from, with
+        the result it was saved with (what Tune does with a checkpoint it saved)."""
+        donor_state = self._trial_state[donor]
+        if donor_state.last_checkpoint is None:
+            latest = donor.latest_checkpoint_result
+            donor_state.last_checkpoint = latest.checkpoint
+            donor_state.last_result = dict(latest.metrics)
 
     def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
         super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]

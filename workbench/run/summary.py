@@ -90,8 +90,13 @@ class RunSummary:
         out.append(f"Results: {self.results_dir}")
         if self.interrupted:
             unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)
+            what = (
+                f"{unfinished} trials unfinished"
+                if unfinished
+                else "trials of the search not yet started"
+            )
             out.append(
-                f"Interrupted with {unfinished} trials unfinished; the state is saved: continue "
+                f"Interrupted with {what}; the state is saved: continue "
                 f"with `workbench resume {self.results_dir}`"
             )
         if self.tracking_uri:
