@@ -21,7 +21,7 @@ from workbench.analysis.lineage import check_sequence, read_jsonl
 from workbench.names import LINEAGE_FILE, ROLE_TAG, STEP_METRIC
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
-ITERATIONS = 8
+ITERATIONS = 16
 KILLS = 3
 
 
@@ -43,6 +43,9 @@ def test_killed_and_resumed_again_and_again_the_records_agree(tmp_path: Path) ->
         search_space=space,
         stop={"iterations": ITERATIONS},
         scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5},
+        # Iterations of about a second: with 256 env steps (0.3 s) the population
+        # finished between two kills.
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
     )
     path = write_experiment(tmp_path, data)
     results_dir = tmp_path / "results" / "pop"

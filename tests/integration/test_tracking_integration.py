@@ -166,6 +166,9 @@ def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) ->
         population=2,
         stop={"iterations": 7},
         scheduler={"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
+        # Iterations of about a second: with 256 env steps (0.3 s) the population
+        # could finish before the Ctrl-C reached Tune.
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
     )
     uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
     driver = subprocess.Popen(

@@ -20,6 +20,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
 from tests.support.trials import FakeTrial
+from workbench.analysis.lineage import LineageRecord, check_sequence
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.names import LINEAGE_FILE, SPOOL_FILE
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
@@ -244,6 +245,70 @@ def test_an_exploit_becomes_a_lineage_record_at_the_right_step(tmp_path: Path) -
     client = MlflowClient(tracker.target.uri)
     names = {x.path for x in client.list_artifacts(runs["pop"].info.run_id)}
     assert {LINEAGE_FILE, "lineage.png", "best_schedule.png"} <= names
+
+
+def _exploit(target: str, source: str, at: int, time: float) -> dict[str, Any]:
+    return {
+        "time": time,
+        "target": target,
+        "source": source,
+        "target_iteration": at - 1,
+        "source_iteration": at,
+        "exploit_iteration": at,
+        "decided_on_own_result": True,
+        "old": {"lr": 0.001},
+        "donor": {"lr": 0.01},
+        "new": {"lr": 0.012},
+    }
+
+
+def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
+    tmp_path: Path,
+) -> None:
+    # Seen in the soak drill: exploit 0 (of a) waited for a's restart, exploit 1 (of b)
+    # was written, the driver was killed; the resumed driver numbered on from the file's
+    # line count and gave 1 again, and 0 never came: "seq 0 missing, seq 1 appears 2
+    # times". Exploit 0 is now in the snapshot, and written once a restarts.
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    trials = [a, b]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for it in (1, 2):
+        tracker.on_trial_result(it, trials, a, _result(it, a.config))
+        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 3, 1.0))  # on a's 3rd result
+    tracker.on_trial_result(3, trials, a, _result(3, a.config))
+    tracker.on_exploit(_exploit(b.trial_id, a.trial_id, 3, 2.0))
+    tracker.on_trial_result(3, trials, b, _result(3, b.config))
+    snapshot = tracker.get_state()  # Tune's experiment snapshot: both pending
+    tracker.on_trial_result(4, trials, b, _result(4, b.config))  # b restarted: 1 written
+    assert tracker.writer.flush(timeout_s=10)
+    lineage = tmp_path / "pop" / LINEAGE_FILE
+    assert [json.loads(x)["seq"] for x in lineage.read_text().splitlines()] == [1]
+
+    # The driver is killed; the resumed one gets the snapshot.
+    again, _ = _tracker(tmp_path, [])
+    again.set_state(snapshot)
+    again.setup()
+    for trial in trials:
+        again.on_trial_start(0, trials, trial)
+    again.on_trial_result(4, trials, a, _result(4, a.config))  # a restarted from b's
+    again.on_exploit(_exploit(a.trial_id, b.trial_id, 6, 3.0))
+    again.on_trial_result(6, trials, a, _result(6, a.config))
+    again.on_trial_result(7, trials, a, _result(7, a.config))
+    _end(again, trials)
+
+    records = [json.loads(x) for x in lineage.read_text().splitlines()]
+    assert [(r["target"], r["time"]) for r in records] == [
+        (b.trial_id, 2.0),
+        (a.trial_id, 1.0),
+        (a.trial_id, 3.0),
+    ]
+    assert [r["seq"] for r in records] == [1, 0, 2]  # b's exploit is not written twice
+    assert check_sequence(LineageRecord.from_dict(r) for r in records) == []
+    assert records[1]["restored_iteration"] == 3
 
 
 @pytest.mark.parametrize("with_state", [True, False], ids=["callback-state", "state-lost"])

@@ -24,6 +24,7 @@ second run per trial after a restore. This module does it differently:
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -148,7 +149,12 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
-        return {"version": 1, "key": self.target.key, "runs": runs, "seq": self._seq}
+        with self._lock:
+            pending = {k: [dict(r) for r in v] for k, v in self._exploits.items() if v}
+            seq = self._seq
+        # Exploits decided but not yet written (their target had not restarted): a driver
+        # killed now would lose them, and their numbers would be a gap in the lineage.
+        return {"version": 1, "key": self.target.key, "runs": runs, "seq": seq, "pending": pending}
 
     def set_state(self, state: dict[str, Any]) -> None:
         # Another key: a copy of the folder in another place of the same store, whose
@@ -156,7 +162,28 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         if state.get("key") not in (self.target.key, *self.target.legacy_keys):
             return
         self._runs = dict(state.get("runs", {}))
-        # The lineage file, not this snapshot, numbers the next exploit (see setup).
+        # The exploits the snapshot's trials had taken but the lineage did not yet show:
+        # every target restarts from its checkpoint now, so each is written with the
+        # target's first result, under its own number (one the killed driver wrote after
+        # the snapshot is not written twice; a number the file holds already is given
+        # anew after the file's).
+        numbers, written = self._lineage_file()
+        with self._lock:
+            pending = [r for records in dict(state.get("pending") or {}).values() for r in records]
+            renumber = []
+            for record in sorted(pending, key=lambda r: int(r.get("seq", 0))):
+                if (record.get("target"), record.get("time")) in written:
+                    continue
+                record = {**record, "armed": True}
+                if record.get("seq") in numbers or not isinstance(record.get("seq"), int):
+                    renumber.append(record)
+                else:
+                    numbers.add(record["seq"])
+                self._exploits.setdefault(record["target"], []).append(record)
+            self._seq = max(self._seq, max(numbers, default=-1) + 1)
+            for record in renumber:
+                record["seq"] = self._seq
+                self._seq += 1
         if self._writer is not None:
             with self._writer._cv:
                 self._writer.runs.update(self._runs)
@@ -173,7 +200,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._started = time.monotonic()
         # Numbered on from the lineage file: records the last driver queued but never
         # wrote (it was killed) leave no gap.
-        self._seq = self._lineage_lines()
+        self._seq = max(self._seq, max(self._lineage_file()[0], default=-1) + 1)
         spool = self.target.results_dir / SPOOL_FILE
         if spool.exists():
             ops = [op_from_json(line) for line in spool.read_text().splitlines() if line.strip()]
@@ -184,11 +211,20 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._open_parent()
         self.writer.start()
 
-    def _lineage_lines(self) -> int:
+    def _lineage_file(self) -> tuple[set[int], set[tuple[Any, Any]]]:
+        """The exploit numbers the lineage file holds, and the (target, time) of each of
+        its records."""
         path = self.target.results_dir / LINEAGE_FILE
+        numbers: set[int] = set()
+        written: set[tuple[Any, Any]] = set()
         if not path.exists():
-            return 0
-        return sum(1 for line in path.read_text().splitlines() if line.strip())
+            return numbers, written
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                record = json.loads(line)
+                numbers.add(int(record["seq"]))
+                written.add((record.get("target"), record.get("time")))
+        return numbers, written
 
     def _open_parent(self) -> None:
         if PARENT in self._opened:
