@@ -331,6 +331,12 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 waiting.append(record)
                 continue
             record.pop("armed", None)
+            # Names known by now: a resumed driver can decide an exploit before the
+            # donor's on_trial_start, and the record would name it by its id.
+            for key in ("target", "source"):
+                record[f"{key}_name"] = self._trial_names.get(
+                    record[key], record.get(f"{key}_name", record[key])
+                )
             # The iteration the target continued from: the donor checkpoint's.
             record["restored_iteration"] = restored_iteration
             self.writer.put(Lineage(handle, record))
