@@ -164,7 +164,7 @@ def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) ->
     experiment = _experiment(
         tmp_path,
         population=2,
-        stop={"iterations": 7},
+        stop={"iterations": 14},
         scheduler={"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
         # Iterations of about a second: with 256 env steps (0.3 s) the population
         # could finish before the Ctrl-C reached Tune.
@@ -222,7 +222,7 @@ def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) ->
         history = _steps(client, found.info.run_id, "training_iteration")
         steps = [s for s, _ in history]
         assert steps == list(range(1, len(steps) + 1)), name  # strictly increasing
-        assert history[-1][1] == 7  # reached its stop rule
+        assert history[-1][1] == 14  # reached its stop rule
     again = subprocess.run(
         [WORKBENCH, "resume", str(tmp_path / "results" / "pop")],
         capture_output=True,
