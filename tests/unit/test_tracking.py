@@ -205,20 +205,7 @@ def test_an_exploit_becomes_a_lineage_record_at_the_right_step(tmp_path: Path) -
         tracker.on_trial_result(it, trials, a, _result(it, a.config))
     # Asynchronous PBT: the scheduler decides on a's 4th result (before the callback
     # sees it) that a continues from b's checkpoint of iteration 4 with lr 0.012.
-    tracker.on_exploit(
-        {
-            "time": 1.0,
-            "target": a.trial_id,
-            "source": b.trial_id,
-            "target_iteration": 3,
-            "source_iteration": 4,
-            "exploit_iteration": 4,
-            "decided_on_own_result": True,
-            "old": {"lr": 0.001},
-            "donor": {"lr": 0.01},
-            "new": {"lr": 0.012},
-        }
-    )
+    tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 4, 1.0))
     tracker.on_trial_result(4, trials, a, _result(4, a.config))
     a.config = dict(a.config, lr=0.012)
     tracker.on_trial_result(5, trials, a, _result(5, a.config))

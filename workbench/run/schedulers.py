@@ -266,9 +266,8 @@ class FreshExploits:
 
     - A donor is chosen only among the upper quantile's trials that score strictly
       better and whose checkpoint (PBT's, else its newest periodic one)
-      ``donor_allowed`` accepts; with none, the trial
-      trains on (Tune would pick one at random and, without a checkpoint, skip the
-      exploit).
+      ``donor_allowed`` accepts; with none, the trial trains on (Tune would pick one
+      at random and, without a checkpoint, skip the exploit).
     - An exploited trial's new start is the donor checkpoint's iteration: its next
       decision is a full interval after it (Tune copies the donor's clock, which is
       the same for the checkpoints Tune holds; stated here, not assumed), and until

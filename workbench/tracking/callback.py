@@ -151,10 +151,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
         with self._lock:
             pending = {k: [dict(r) for r in v] for k, v in self._exploits.items() if v}
-            seq = self._seq
         # Exploits decided but not yet written (their target had not restarted): a driver
         # killed now would lose them, and their numbers would be a gap in the lineage.
-        return {"version": 1, "key": self.target.key, "runs": runs, "seq": seq, "pending": pending}
+        # (The next number comes from the lineage file and these: set_state.)
+        return {"version": 1, "key": self.target.key, "runs": runs, "pending": pending}
 
     def set_state(self, state: dict[str, Any]) -> None:
         # Another key: a copy of the folder in another place of the same store, whose
