@@ -196,10 +196,10 @@ def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     fit_s: list[float] = []
     original = launch._fit
 
-    def timed_fit(tuner: Any, *args: Any) -> tuple[Any, float]:
-        results, elapsed = original(tuner, *args)
+    def timed_fit(tuner: Any, *args: Any) -> tuple[Any, float, bool]:
+        results, elapsed, signalled = original(tuner, *args)
         fit_s.append(elapsed)
-        return results, elapsed
+        return results, elapsed, signalled
 
     launch._fit = timed_fit  # the same clock as Tune's fit() below
     try:
