@@ -52,8 +52,11 @@ def test_every_result_has_the_score_and_an_exploit_carries_the_donor_s_window(
         target, source = names[exploit["target"]], names[exploit["source"]]
         donor = _windows(results_dir / source)
         mine = _windows(results_dir / target)
-        # The donor's checkpoint the target restored, and the target's next checkpoint.
-        donor_iteration = exploit["source_iteration"]
+        # The donor's checkpoint the target restored (what its next result showed; not
+        # source_iteration, which mirrors Tune's pbt_global.txt and reads the donor's
+        # result before the one the decision was made on), and the target's next one.
+        donor_iteration = exploit["restored_iteration"]
+        assert donor_iteration == exploit["checkpoint_iteration"], exploit
         if donor_iteration not in donor or donor_iteration + 1 not in mine:
             continue  # pruned since (3 kept)
         before, after = donor[donor_iteration], mine[donor_iteration + 1]

@@ -49,6 +49,7 @@ def test_a_record_round_trips_through_jsonl(tmp_path: Path) -> None:
         # target really continued from (Tune's log is one iteration behind).
         "exploit_iteration": 9,
         "restored_iteration": 7,
+        "checkpoint_iteration": 7,
     }
     path = tmp_path / "lineage.jsonl"
     path.write_text(json.dumps(line) + "\n" + json.dumps(RECORDS[1].to_dict()) + "\n")
@@ -62,6 +63,10 @@ def test_a_record_round_trips_through_jsonl(tmp_path: Path) -> None:
         RECORDS[1].target_iteration,
         RECORDS[1].source_iteration,
     )
+    # A record whose target has not restarted yet says where PBT's checkpoint was from;
+    # Tune's source_iteration is one behind for the donor that triggered the decision.
+    pending = {**line, "restored_iteration": None, "source_iteration": 6}
+    assert parse_jsonl(json.dumps(pending) + "\n")[0].restored_from == 7
     assert changed_hyperparameters(records[0]) == {"lr": (0.001, 0.0024), "gamma": (0.99, 0.98)}
     assert describe_changes(records[0], limit=1) == "lr 0.001→0.0024, +1 more"
 

@@ -56,11 +56,15 @@ class LineageRecord:
     old: dict[str, Any] = field(default_factory=dict, hash=False)
     donor: dict[str, Any] = field(default_factory=dict, hash=False)
     new: dict[str, Any] = field(default_factory=dict, hash=False)
-    # Written by the workbench's tracker (Tune's pbt_global.txt has neither): the
-    # iteration whose result the exploit was decided on, and the iteration the target
-    # actually continued from (the donor checkpoint's, seen in its next result).
+    # Written by the workbench (Tune's pbt_global.txt has none of them): the iteration
+    # whose result the exploit was decided on, the iteration of the donor checkpoint
+    # PBT handed over, and the iteration the target actually continued from (seen in
+    # its next result). source_iteration mirrors Tune's file, which reads the donor's
+    # last result before Tune updates it: the donor whose result triggered the decision
+    # shows the iteration before.
     exploit_iteration: int | None = None
     restored_iteration: int | None = None
+    checkpoint_iteration: int | None = None
 
     @property
     def stopped_at(self) -> int:
@@ -74,6 +78,8 @@ class LineageRecord:
         """The donor iteration the target continued from."""
         if self.restored_iteration is not None:
             return self.restored_iteration
+        if self.checkpoint_iteration is not None:
+            return self.checkpoint_iteration
         return self.source_iteration
 
     @classmethod
@@ -97,6 +103,7 @@ class LineageRecord:
                 new=dict(data.get("new") or {}),
                 exploit_iteration=_optional_int(data.get("exploit_iteration")),
                 restored_iteration=_optional_int(data.get("restored_iteration")),
+                checkpoint_iteration=_optional_int(data.get("checkpoint_iteration")),
             )
         except (TypeError, ValueError) as err:
             raise ValueError(f"bad lineage record: {err}") from err
@@ -117,6 +124,7 @@ class LineageRecord:
             "new": dict(self.new),
             "exploit_iteration": self.exploit_iteration,
             "restored_iteration": self.restored_iteration,
+            "checkpoint_iteration": self.checkpoint_iteration,
         }
 
 
