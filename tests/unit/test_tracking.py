@@ -298,6 +298,28 @@ def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
     assert records[1]["restored_iteration"] == 3
 
 
+def test_a_donor_this_driver_never_started_is_named_by_the_scheduler_s_record(
+    tmp_path: Path,
+) -> None:
+    # Seen in the soak drill: after a resume the donor had finished before the kill, so
+    # this driver never saw it start, and the record named it by its id (ec3d9_00001).
+    # ExploitRecorder names both trials from the objects it holds; the tracker keeps
+    # those names when it has none of its own.
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    tracker.on_trial_start(0, [a, b], a)  # b finished before the kill: never started here
+    tracker.on_trial_result(1, [a, b], a, _result(1, a.config))
+    record = _exploit(a.trial_id, b.trial_id, 2, 1.0)
+    tracker.on_exploit({**record, "target_name": "PPO_00000", "source_name": "PPO_00001"})
+    tracker.on_trial_result(2, [a, b], a, _result(2, a.config))
+    tracker.on_trial_result(3, [a, b], a, _result(3, a.config))
+    _end(tracker, [a])
+    (line,) = (tmp_path / "pop" / LINEAGE_FILE).read_text().splitlines()
+    written = json.loads(line)
+    assert (written["target_name"], written["source_name"]) == ("PPO_00000", "PPO_00001")
+
+
 @pytest.mark.parametrize("with_state", [True, False], ids=["callback-state", "state-lost"])
 def test_a_restored_population_continues_the_same_runs(tmp_path: Path, with_state: bool) -> None:
     tracker, _ = _tracker(tmp_path, [])

@@ -24,7 +24,7 @@ from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlg
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config, explore
-from workbench.names import SCORE_METRIC
+from workbench.names import SCORE_METRIC, trial_name
 from workbench.run.optuna_study import StudySearch
 from workbench.run.replay import replay_scheduler
 from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
@@ -99,6 +99,10 @@ class ExploitRecorder:
             "decided_on_own_result": own,
             "target": trial.trial_id,
             "source": trial_to_clone.trial_id,
+            # Named here, where both trials are at hand: a resumed driver's tracker has
+            # not seen a donor that finished before the kill start again.
+            "target_name": trial_name(trial),
+            "source_name": trial_name(trial_to_clone),
             # The same iterations as Tune's pbt_global.txt.
             "target_iteration": int(trial.last_result.get(TIME_ATTR, 0)),
             "source_iteration": int(trial_to_clone.last_result.get(TIME_ATTR, 0)),

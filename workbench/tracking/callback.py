@@ -315,8 +315,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             record["seq"] = self._seq
             self._seq += 1
         record["armed"] = not record.get("decided_on_own_result", False)
-        record["target_name"] = self._trial_names.get(record["target"], record["target"])
-        record["source_name"] = self._trial_names.get(record["source"], record["source"])
+        for key in ("target", "source"):
+            record[f"{key}_name"] = self._trial_names.get(
+                record[key], record.get(f"{key}_name", record[key])
+            )
         for key in ("old", "donor", "new"):
             record[key] = {
                 self.target.hyperparameters.get(k, k): v for k, v in record.get(key, {}).items()
