@@ -21,7 +21,7 @@ from workbench.analysis.lineage import check_sequence, read_jsonl
 from workbench.names import LINEAGE_FILE, ROLE_TAG, STEP_METRIC
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
-ITERATIONS = 16
+ITERATIONS = 30
 KILLS = 3
 
 
@@ -43,7 +43,8 @@ def test_killed_and_resumed_again_and_again_the_records_agree(tmp_path: Path) ->
         search_space=space,
         stop={"iterations": ITERATIONS},
         scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5},
-        # Iterations of about a second: with 256 env steps (0.3 s) the population
+        # Iterations of about half a second, 30 of them: with 256 env steps (0.3 s) or
+        # 16 iterations (once an exploited trial kept its process) the population
         # finished between two kills.
         training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
     )

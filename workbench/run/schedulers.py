@@ -215,6 +215,55 @@ def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
     return False
 
 
+class KeepExploitedActor:
+    """Mixin for PBT and PB2: an exploited trial restarts in its own process.
+
+    PBT pauses the trial it exploits and Tune restarts it from the donor's checkpoint.
+    Tune keeps a paused trial's actor for reuse only while trials are staged or the
+    search may still create some (TuneController._maybe_cache_trial_actor, Ray 2.60):
+    once every trial of the population exists, the actor is killed and the restart
+    builds a new process, the algorithm and its env runners (4-9 s on 2 CPUs, dozens of
+    the lean learner's iterations). The trial is staged here, before PBT pauses it, as
+    Tune stages the trial it chooses to run next: its actor is cached, and Tune's next
+    scheduling step hands it back through ``reset_config``. If Tune did not cache it
+    after all (the actor had not started, or failed), the staging is undone so that the
+    trial is started afresh, as before.
+    """
+
+    def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
+        controller = controller_of(tune_controller)
+        staged = stage_for_reuse(controller, trial)
+        cached = controller._actor_cache.num_cached_objects if staged else 0
+        super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
+        if staged and controller._actor_cache.num_cached_objects <= cached:
+            unstage(controller, trial)
+
+
+def stage_for_reuse(controller: Any, trial: Any) -> bool:
+    """Stages a running ``trial`` Tune is about to pause, so that its actor is cached
+    (True if staged here)."""
+    staged = getattr(controller, "_staged_trials", None)
+    cache = getattr(controller, "_actor_cache", None)
+    if (
+        not getattr(controller, "_reuse_actors", False)
+        or not isinstance(staged, set)
+        or cache is None
+        or trial.status != Trial.RUNNING
+        or trial in staged
+        or trial not in getattr(controller, "_trial_to_actor", {})
+    ):
+        return False
+    staged.add(trial)
+    cache.increase_max(trial.placement_group_factory)
+    return True
+
+
+def unstage(controller: Any, trial: Any) -> None:
+    """Undoes ``stage_for_reuse``."""
+    controller._staged_trials.discard(trial)
+    controller._actor_cache.decrease_max(trial.placement_group_factory)
+
+
 class NoIdlePause:
     """Mixin for PBT and PB2: no fair-share pause when every trial runs at once.
 
@@ -364,6 +413,7 @@ class FreshExploits:
 
 
 class WorkbenchPBT(
+    KeepExploitedActor,
     NoIdlePause,
     FreshExploits,
     NoStopAfterSave,
@@ -389,7 +439,15 @@ class WorkbenchPBT(
         )
 
 
-class WorkbenchPB2(NoIdlePause, FreshExploits, NoStopAfterSave, ExploitRecorder, ResumablePBT, PB2):
+class WorkbenchPB2(
+    KeepExploitedActor,
+    NoIdlePause,
+    FreshExploits,
+    NoStopAfterSave,
+    ExploitRecorder,
+    ResumablePBT,
+    PB2,
+):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",
