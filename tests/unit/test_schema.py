@@ -216,6 +216,12 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         "env.config",
         ("substeps", "-1", "[1, 100000]"),
     ),
+    "env_config integer beyond 64 bits": (
+        # Found by the fuzz test: pybind11's "Unable to cast" traceback before the fix.
+        {"env": {"id": "sim_ext/CartPole-v1", "config": {"substeps": 10**30}}},
+        "env.config.substeps",
+        ("1" + "0" * 30, "does not fit a 64-bit integer"),
+    ),
     "env_config unknown key": (
         {"env": {"id": "sim_ext/CartPole-v1", "config": {"gravty": 9.8}}},
         "env.config",

@@ -151,3 +151,21 @@ def not_finite(value: Any) -> str | None:
             if found := not_finite(item):
                 return found
     return None
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def not_int64(value: Any) -> str | None:
+    """An integer, anywhere in ``value``, that no 64-bit integer holds (an environment's
+    C++ side, numpy's int64): pybind11 refuses it with "Unable to cast"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        low, high = INT64
+        if not low <= value <= high:
+            return f"{value} does not fit a 64-bit integer ({low}..{high})"
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list | tuple):
+        for item in items:
+            if found := not_int64(item):
+                return found
+    return None

@@ -24,7 +24,7 @@ from workbench.experiment.algorithms import (
     training_parameters,
     tune_key,
 )
-from workbench.experiment.bounds import BOUNDS, Bound, not_finite, value_problem
+from workbench.experiment.bounds import BOUNDS, Bound, not_finite, not_int64, value_problem
 from workbench.experiment.schema import (
     AshaSection,
     Experiment,
@@ -253,9 +253,13 @@ def _check_env(
         hint = " (pip install -e '.[box2d]')" if "box2d" in str(err).lower() else ""
         problems.append(Problem(where, "env.id", f"{env_id} cannot be built here: {err}{hint}"))
         return None, None
-    except (TypeError, ValueError, AssertionError) as err:
+    except (TypeError, ValueError, AssertionError, OverflowError) as err:
         # The env's own checks (sim_ext names the valid keys), or Gymnasium's asserts.
         problems.append(Problem(where, "env.config", str(err) or type(err).__name__))
+        return None, None
+    except RuntimeError as err:  # pybind11's casts, a third-party env's own refusal
+        why = str(err).split(" (#define")[0] or type(err).__name__
+        problems.append(Problem(where, "env.config", f"{env_id} refused it: {why}"))
         return None, None
     try:
         space = env.action_space
@@ -276,7 +280,7 @@ _GYM_MAKE_INTS = {"max_episode_steps": Bound(integer=True, low=1, high=10**9)}
 
 def _env_value_problem(key: str, value: Any) -> str | None:
     bound = _GYM_MAKE_INTS.get(key)
-    return bound.problem(value) if bound is not None else not_finite(value)
+    return bound.problem(value) if bound is not None else not_finite(value) or not_int64(value)
 
 
 def _check_model(experiment: Experiment, where: str, problems: list[Problem]) -> None:
@@ -565,6 +569,7 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
     if (
         not experiment.stop.tune_stop()
         and experiment.stop.wall_time_s is None
+        and experiment.stop.population_env_steps is None
         and not isinstance(scheduler, AshaSection)
     ):
         problems.append(
@@ -572,7 +577,8 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                 where,
                 "stop",
                 "give at least one rule (return_mean, iterations, env_steps, "
-                "wall_time_s, trial_time_s or metrics), or the trials never end",
+                "wall_time_s, trial_time_s, population_env_steps or metrics), or the "
+                "trials never end",
             )
         )
 
