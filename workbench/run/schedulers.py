@@ -224,10 +224,11 @@ class KeepExploitedActor:
     once every trial of the population exists, the actor is killed and the restart
     builds a new process, the algorithm and its env runners (4-9 s on 2 CPUs, dozens of
     the lean learner's iterations). The trial is staged here, before PBT pauses it, as
-    Tune stages the trial it chooses to run next: its actor is cached, and Tune's next
-    scheduling step hands it back through ``reset_config``. If Tune did not cache it
-    after all (the actor had not started, or failed), the staging is undone so that the
-    trial is started afresh, as before.
+    Tune stages the trial it chooses to run next, so its actor is cached; and it is the
+    first trial this scheduler chooses to run, so Tune's next scheduling step hands that
+    actor back to it (through ``reset_config``) before any other trial could take it.
+    If Tune did not cache the actor after all (it had not started, or failed), the
+    staging is undone and the trial is started afresh, as before.
     """
 
     def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
@@ -235,8 +236,22 @@ class KeepExploitedActor:
         staged = stage_for_reuse(controller, trial)
         cached = controller._actor_cache.num_cached_objects if staged else 0
         super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
-        if staged and controller._actor_cache.num_cached_objects <= cached:
+        if not staged:
+            return
+        if controller._actor_cache.num_cached_objects > cached:
+            self.__dict__.setdefault("_reuse_first", []).append(trial)
+        else:
             unstage(controller, trial)
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        waiting: list[Any] = self.__dict__.get("_reuse_first", [])
+        controller = controller_of(tune_controller)
+        while waiting:
+            trial = waiting[0]
+            if trial.status == Trial.PAUSED and trial not in controller._trial_to_actor:
+                return trial  # staged: Tune reuses the cached actor for it
+            waiting.pop(0)  # restarted (or stopped) since
+        return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
 
 
 def stage_for_reuse(controller: Any, trial: Any) -> bool:
