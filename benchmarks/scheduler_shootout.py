@@ -21,8 +21,11 @@ Method:
   suggested by Optuna's TPE, ``population`` at a time, ASHA rungs at max_t/4, max_t/2 and
   max_t (max_t = a member's iterations, reduction factor 2), which spends
   2P x max_t/4 + P x max_t/4 + P/2 x max_t/2 = P x max_t iterations if every rung fills.
-  Nothing stops on the return target (``stop.return_mean`` off), so every arm spends its
-  budget; the table shows the env steps each actually sampled.
+  Asynchronous rungs do not fill that way (ASHA spent 1.6-1.75x the budget), so every
+  arm also ends once its trials have sampled the budget together
+  (``stop.population_env_steps``): no arm spends more than the budget and the
+  iterations in flight when it ran out. Nothing stops on the return target
+  (``stop.return_mean`` off); the table shows the env steps each actually sampled.
 * Arms interleaved: per seed every arm, their order rotating from seed to seed.
 * Per run: each member's final checkpoint evaluated over ``--episodes`` episodes
   (``workbench.policy.evaluate``, deterministic, seeds 10000 + ...); "best" is the
@@ -93,6 +96,7 @@ def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -
         "stop.return_mean=null",
         "stop.wall_time_s=null",
         "evaluation.at_end=none",
+        f"stop.population_env_steps={budget.total_env_steps}",
     ]
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
     if arm in ("pbt", "pbt_interval2"):

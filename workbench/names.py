@@ -12,6 +12,9 @@ from typing import Any
 # --- result keys (RLlib 2.60's new API stack) ---------------------------------------------------
 RETURN_METRIC = "env_runners/episode_return_mean"
 STEPS_METRIC = "num_env_steps_sampled_lifetime"
+# What one iteration sampled (RLlib 2.60); STEPS_METRIC is the trial's lineage's count,
+# which an exploit or a restore moves.
+ITERATION_ENV_STEPS_METRIC = "env_runners/num_env_steps_sampled"
 # The score schedulers rank, stop rules test and tables show: the mean return of the last K
 # completed episodes, carried across iterations (RETURN_METRIC is one iteration's few episodes).
 SCORE_METRIC = "score/return_mean"

@@ -91,6 +91,45 @@ def test_asha_with_optuna_stops_weak_trials_early(tmp_path: Path) -> None:
     assert len(lrs) == 6 and all(1e-6 <= lr <= 1e-2 for lr in lrs)
 
 
+def test_an_env_step_budget_ends_a_search_with_trials_still_to_run(tmp_path: Path) -> None:
+    # stop.population_env_steps: six trials, two at a time, 20 iterations each; the budget
+    # is about 8 iterations of 256 env steps in all, so the search ends early, whole.
+    from mlflow.tracking import MlflowClient
+
+    from workbench.names import ROLE_TAG
+
+    budget = 2000
+    path = _experiment(
+        tmp_path,
+        training=SMALL_PPO,
+        search_space={"params": {"lr": {"loguniform": [1e-4, 1e-2]}}},
+        scheduler={"type": "fifo"},
+        population=6,
+        max_concurrent=2,
+        stop={"iterations": 20, "population_env_steps": budget},
+    )
+    resolved = load_and_resolve(path)
+    summary = run(resolved, progress_interval_s=1e9)
+    assert summary.errors == 0 and not summary.interrupted
+    assert summary.stop_reason.startswith("the env-step budget (2,000) was spent"), summary
+    rows = result_rows(resolved.results_dir)
+    sampled = sum(
+        row["env_runners"]["num_env_steps_sampled"] for trial in rows.values() for row in trial
+    )
+    # Spent, and overshot by at most the iterations in flight (two trials' last ones).
+    assert budget <= sampled <= budget + 2 * 2 * SMALL_PPO["train_batch_size_per_learner"]
+    assert f"the trials sampled {sampled:,} env steps" in summary.stop_reason
+    assert max(row["training_iteration"] for r in rows.values() for row in r) < 20
+    # The population's runs end FINISHED: a budget is a stop rule, not an interruption.
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(resolved.experiment.name)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    parent = [r for r in runs if r.data.tags.get(ROLE_TAG) == "population"]
+    assert [r.info.status for r in parent] == ["FINISHED"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
 def test_pb2_explores_inside_its_bounds(tmp_path: Path) -> None:
     path = _experiment(
         tmp_path,

@@ -155,6 +155,7 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
     assert (short.perturbation_interval, short.burn_in_period) == (2, 2)  # type: ignore[union-attr]
     for arm, e in resolved.items():
         assert e.seed == 5 and e.stop.return_mean is None and e.stop.wall_time_s is None, arm
+        assert e.stop.population_env_steps == 98_304, arm  # the same cap for every arm
         assert (
             e.env.id == "sim_ext/MountainCarContinuous-v0"
             and e.training == resolved["pbt"].training

@@ -133,6 +133,11 @@ def test_the_bar_goes_toward_the_nearest_stop_rule() -> None:
     # A negative target makes no fraction: the bar stays at the other rules.
     assert StopGoal({RETURN_METRIC: -150}).fraction([best], 0) == 0.0
     assert "return 400" in target.describe() and "1:40 budget" in goal.describe()
+    # stop.population_env_steps: what the trials sampled together, against the budget.
+    steps = StopGoal({"training_iteration": 10}, population=4, env_step_budget=400_000)
+    assert steps.fraction(rows, elapsed_s=0, sampled=100_000) == pytest.approx(0.25)
+    assert steps.fraction(rows, elapsed_s=0, sampled=0) == pytest.approx(0.125)
+    assert steps.describe() == "iterations 10, 400,000 env steps in all"
 
 
 def test_not_a_terminal_plain_lines_and_the_table_once_at_the_end() -> None:
@@ -200,6 +205,14 @@ def test_the_summary_says_how_long_and_why_it_stopped(tmp_path: Path) -> None:
         "interrupted": stop_reason(
             trials, goal, interrupted=True, budget_spent=False, reached_by=None
         ),
+        "steps": stop_reason(
+            trials,
+            StopGoal(goal.rules, env_step_budget=400_000),
+            interrupted=False,
+            budget_spent=False,
+            reached_by=None,
+            env_steps_spent=401_234,
+        ),
     }
     assert why == {
         "target": "PPO_00000 reached the return target 475, which ends the whole population",
@@ -207,6 +220,7 @@ def test_the_summary_says_how_long_and_why_it_stopped(tmp_path: Path) -> None:
         "rules": "every trial reached a stop rule (iterations 6, return 475)",
         "error": "1 of 2 trials failed; the others reached a stop rule (iterations 6, return 475)",
         "interrupted": "interrupted (Ctrl-C or SIGTERM) before its stop rules",
+        "steps": "the env-step budget (400,000) was spent: the trials sampled 401,234 env steps",
     }
     summary = RunSummary("x", tmp_path, trials, errors=1, wall_time_s=87.4)
     summary.stop_reason = why["error"]

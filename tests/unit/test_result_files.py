@@ -128,3 +128,19 @@ def test_a_row_torn_by_a_killed_driver_is_cut_off_by_the_next(tmp_path: Path) ->
     _sync(staging, storage)
     rows = [json.loads(x) for x in (storage / "result.json").read_text().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2]
+
+
+def test_an_experiment_ended_as_a_whole_closes_its_running_trials_files(tmp_path: Path) -> None:
+    # A stopper's stop_all (a return target, an env-step budget) ends the experiment
+    # without completing its running trials: Tune's loggers left their files open
+    # (a ResourceWarning in the test of stop.population_env_steps).
+    json_logger, csv_logger = _loggers(tmp_path)
+    trial = _Trial(tmp_path / "staging" / "PPO_00000", tmp_path / "results" / "PPO_00000")
+    for logger in (json_logger, csv_logger):
+        logger.on_trial_start(0, [trial], trial)
+        logger.on_trial_result(1, [trial], trial, {"training_iteration": 1})
+    assert json_logger._rows and csv_logger._trial_files
+    csv_file = csv_logger._trial_files[trial]
+    for logger in (json_logger, csv_logger):
+        logger.on_experiment_end([trial])
+    assert not json_logger._rows and not csv_logger._trial_files and csv_file.closed

@@ -82,3 +82,39 @@ def test_a_snapshot_from_before_the_score_still_unpickles(tmp_path: Path) -> Non
     old = stopping._unpickle(str(tmp_path / "old"), {RETURN_METRIC: 100.0}, True, "t0")
     assert old.stop_all() and old.reached_by == "t0" and old.reached == {}
     stopping._LIVE.pop(str(tmp_path / "old"))
+
+
+def _sampled(iteration: int, steps: float, lifetime: float) -> dict:
+    return {
+        "training_iteration": iteration,
+        "num_env_steps_sampled_lifetime": lifetime,
+        "env_runners": {"num_env_steps_sampled": steps, "num_env_steps_sampled_lifetime": lifetime},
+    }
+
+
+def test_an_env_step_budget_ends_the_population_on_what_its_trials_sampled(
+    tmp_path: Path,
+) -> None:
+    key = str(tmp_path / "pop")
+    stopper = RulesStopper({}, all_at_return=False, key=key, env_step_budget=1000)
+    assert not stopper("a", _sampled(1, 300, 300)) and not stopper.stop_all()
+    # b was exploited onto a's checkpoint: its lifetime count jumps, its sampling does not.
+    assert not stopper("b", _sampled(1, 300, 600)) and not stopper.budget_spent()
+    assert stopper.env_steps_spent == 600
+    assert not stopper("b", _sampled(2, float("nan"), 600))  # no count: nothing spent
+    # A resumed driver counts on from the snapshot's spend.
+    snapshot = pickle.dumps(stopper)
+    stopping._LIVE.pop(key)
+    resumed = RulesStopper({}, all_at_return=False, key=key, env_step_budget=1000)
+    assert pickle.loads(snapshot) is resumed and resumed.env_steps_spent == 600
+    assert not resumed("a", _sampled(2, 399, 699)) and not resumed.stop_all()
+    resumed("b", _sampled(2, 1, 601))
+    assert resumed.budget_spent() and resumed.stop_all()
+    assert not resumed.return_reached() and resumed.reached_by is None
+
+
+def test_no_budget_no_count_stops_anything() -> None:
+    stopper = RulesStopper({"training_iteration": 3}, all_at_return=False)
+    for i in range(1, 50):
+        stopper("a", _sampled(1, 10_000, 10_000 * i))
+    assert not stopper.budget_spent() and not stopper.stop_all()

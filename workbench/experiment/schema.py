@@ -244,6 +244,12 @@ class StopSection(_Strict):
     trial_time_s: PositiveFloat | None = Field(
         None, description="A trial's own training time (time_total_s, which excludes restores)."
     )
+    population_env_steps: PositiveInt | None = Field(
+        None,
+        description="Env-step budget of the whole experiment: it ends once its trials "
+        "together have sampled this many env steps (each iteration's own, so an exploit or a "
+        "restore does not move the count). Searches compared at equal compute get the same.",
+    )
     metrics: dict[str, float] = Field(
         default_factory=dict, description="Other reported metrics: stop once one reaches its value."
     )

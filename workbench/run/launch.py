@@ -178,6 +178,7 @@ def _session(
         if exp.stop.all_at_return is not None
         else exp.scheduler.type in ("pbt", "pb2"),
         key=str(resolved.results_dir),
+        env_step_budget=exp.stop.population_env_steps,
     )
     table = ProgressTable(
         {key: name for name, key in resolved.tune_keys.items()},
@@ -191,6 +192,7 @@ def _session(
             wall_time_s=exp.stop.wall_time_s,
             population=exp.population,
             all_at_return=stopper.all_at_return,
+            env_step_budget=exp.stop.population_env_steps,
         ),
     )
     trial_scheduler = scheduler(resolved)
@@ -360,14 +362,16 @@ def _finish(
         or (signalled and len(summary.trials) < planned)
     )
     summary.wall_time_s = elapsed_s
-    reached = session.table.records.get(stopper.reached_by) if by_rule else None
+    by_return = stopper.return_reached()
+    reached = session.table.records.get(stopper.reached_by) if by_return else None
     summary.stop_reason = stop_reason(
         summary.trials,
         session.table.goal,
         interrupted=summary.interrupted,
         budget_spent=budget_spent,
-        reached_by=(reached.name if reached else stopper.reached_by) if by_rule else None,
+        reached_by=(reached.name if reached else stopper.reached_by) if by_return else None,
         early_stopper="ASHA" if resolved.experiment.scheduler.type == "asha" else None,
+        env_steps_spent=stopper.env_steps_spent if stopper.budget_spent() else None,
     )
     if session.tracker is not None:
         summary.tracking_uri = session.tracker.target.uri

@@ -28,7 +28,13 @@ from typing import Any, TextIO
 from ray.tune import Callback
 from ray.tune.utils import flatten_dict
 
-from workbench.names import RETURN_METRIC, SCORE_METRIC, STEP_METRIC, STEPS_METRIC
+from workbench.names import (
+    ITERATION_ENV_STEPS_METRIC,
+    RETURN_METRIC,
+    SCORE_METRIC,
+    STEP_METRIC,
+    STEPS_METRIC,
+)
 
 # The rules whose progress is the return: the closer to the target, the further along.
 RETURN_KEYS = (RETURN_METRIC, SCORE_METRIC)
@@ -99,18 +105,24 @@ class StopGoal:
     population: int = 1
     # The whole population stops once one trial reaches the return target (PBT, PB2).
     all_at_return: bool = False
+    env_step_budget: int | None = None  # stop.population_env_steps
 
     def describe(self) -> str:
         parts = [f"{_RULE_NAMES.get(k, k)} {number(v)}" for k, v in self.rules.items()]
         if self.wall_time_s is not None:
             parts.append(f"{clock(self.wall_time_s)} budget")
+        if self.env_step_budget is not None:
+            parts.append(f"{self.env_step_budget:,} env steps in all")
         return ", ".join(parts) or "no stop rule"
 
-    def fraction(self, records: list[TrialRecord], elapsed_s: float) -> float:
-        """0..1: the rule nearest to ending the run (the time budget or the trials')."""
+    def fraction(self, records: list[TrialRecord], elapsed_s: float, sampled: int = 0) -> float:
+        """0..1: the rule nearest to ending the run (a budget or the trials'); ``sampled``:
+        the env steps the trials have sampled together."""
         done = 0.0
         if self.wall_time_s:
             done = elapsed_s / self.wall_time_s
+        if self.env_step_budget:
+            done = max(done, sampled / self.env_step_budget)
         per_trial = [self._trial_fraction(r) for r in records]
         if per_trial:
             # Trials not yet created count as not started.
@@ -163,6 +175,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         self.goal = goal or StopGoal()
         self.records: dict[str, TrialRecord] = {}
         self.exploits: list[str] = []  # the exploit lines, in order
+        self.sampled = 0  # env steps every result has sampled, together
         self.started = time.monotonic()
         self._last_print = 0.0
         self._announced: set[str] = set()  # the trials whose start was shown
@@ -202,6 +215,9 @@ class ProgressTable(Callback):  # type: ignore[misc]
             record.status = "RUNNING"
             record.iteration = int(flat.get(STEP_METRIC, record.iteration))
             record.env_steps = int(flat.get(STEPS_METRIC, record.env_steps) or 0)
+            sampled = _real(flat.get(ITERATION_ENV_STEPS_METRIC))
+            if sampled is not None and sampled == sampled:
+                self.sampled += int(sampled)
             for key in (*self.goal.rules, *RETURN_KEYS):
                 value = _real(flat.get(key))
                 if value is not None:
@@ -300,7 +316,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         """Elapsed, the budget left, the bar toward the stop rule and the best trial."""
         elapsed = time.monotonic() - self.started
         rows = self.rows()
-        done = self.goal.fraction(rows, elapsed)
+        done = self.goal.fraction(rows, elapsed, self.sampled)
         parts = [f"{clock(elapsed)} elapsed"]
         if self.goal.wall_time_s is not None:
             parts.append(f"{clock(max(0.0, self.goal.wall_time_s - elapsed))} left")
@@ -475,7 +491,7 @@ class _LiveView(_View):
         width = self.console.width
         elapsed = time.monotonic() - table.started
         rows = table.rows()
-        done = table.goal.fraction(rows, elapsed)
+        done = table.goal.fraction(rows, elapsed, table.sampled)
         left = table.goal.wall_time_s
         clocks = f"{clock(elapsed)} elapsed" + (
             f", {clock(max(0.0, left - elapsed))} left" if left is not None else ""

@@ -112,6 +112,10 @@ class ResultJson(JsonLoggerCallback):  # type: ignore[misc]
             rows.close()
         super().log_trial_end(trial, failed)
 
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        close_all(self)
+        super().on_experiment_end(trials, **info)
+
 
 class ProgressCsv(CSVLoggerCallback):  # type: ignore[misc]
     """``progress.csv``, appended to the trial's folder in the results storage (see the
@@ -133,6 +137,20 @@ class ProgressCsv(CSVLoggerCallback):  # type: ignore[misc]
         self._trial_continue[trial] = path.exists() and path.stat().st_size > 0
         self._trial_files[trial] = path.open("at")
         self._trial_csv[trial] = None  # type: ignore[assignment]
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        close_all(self)
+        super().on_experiment_end(trials, **info)
+
+
+def close_all(logger: Any) -> None:
+    """Closes the files of the trials that never ended. Tune ends each trial's files when
+    the trial completes or fails; an experiment a stopper ends as a whole
+    (``stop_all``: a return target, an env-step budget) stops its running trials without
+    that, and their files stayed open until the driver exited."""
+    for files in (getattr(logger, "_rows", {}), getattr(logger, "_trial_files", {})):
+        for trial in list(files):
+            files.pop(trial).close()
 
 
 def result_loggers() -> list[Any]:

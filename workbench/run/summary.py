@@ -154,15 +154,23 @@ def stop_reason(
     budget_spent: bool,
     reached_by: str | None,
     early_stopper: str | None = None,
+    env_steps_spent: int | None = None,
 ) -> str:
     """Why the run ended, in the words of its stop rules: the return target (whose
-    trial), the wall-time budget, the trials' own rules, failures, or an interruption."""
+    trial), the wall-time or env-step budget (``env_steps_spent``: what the trials
+    sampled, when the budget ended the run), the trials' own rules, failures, or an
+    interruption."""
     if interrupted:
         return "interrupted (Ctrl-C or SIGTERM) before its stop rules"
     if reached_by is not None:
         target = next((v for k, v in goal.rules.items() if k in RETURN_KEYS), None)
         shown = f" {number(target)}" if target is not None else ""
         return f"{reached_by} reached the return target{shown}, which ends the whole population"
+    if env_steps_spent is not None:
+        return (
+            f"the env-step budget ({goal.env_step_budget or 0:,}) was spent: the trials "
+            f"sampled {env_steps_spent:,} env steps"
+        )
     if budget_spent and goal.wall_time_s is not None:
         return f"the wall-time budget ({clock(goal.wall_time_s)}) ran out"
     failed = sum(t.status == "ERROR" for t in trials)

@@ -394,8 +394,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def _ended_by_rule(self) -> str:
         """Why the experiment ended early by design ('' when it did not)."""
-        if self.stopper is not None and getattr(self.stopper, "stop_all", lambda: False)():
+        if self.stopper is not None and getattr(self.stopper, "return_reached", lambda: False)():
             return "a trial reached the population's return target"
+        if self.stopper is not None and getattr(self.stopper, "budget_spent", lambda: False)():
+            return "the experiment's env-step budget"
         budget = self.target.time_budget_s
         if budget is not None and time.monotonic() - self._started >= 0.99 * budget:
             return "the experiment's wall-clock budget"
