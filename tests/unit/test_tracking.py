@@ -298,6 +298,35 @@ def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
     assert records[1]["restored_iteration"] == 3
 
 
+def test_an_exploit_queued_but_not_yet_in_the_file_at_a_kill_is_in_the_snapshot(
+    tmp_path: Path,
+) -> None:
+    # Seen in the soak drill: exploit 0 was handed to the writer (its target had
+    # restarted), the snapshot no longer counted it pending, and the driver was killed
+    # before the writer's thread appended it: the lineage began at seq 1.
+    tracker, _ = _tracker(tmp_path, [])  # its writer never runs: nothing reaches the file
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    trials = [a, b]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    tracker.on_trial_result(1, trials, a, _result(1, a.config))
+    tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 2, 1.0))
+    tracker.on_trial_result(2, trials, a, _result(2, a.config))
+    tracker.on_trial_result(3, trials, a, _result(3, a.config))  # restarted: queued
+    snapshot = tracker.get_state()
+    assert [r["seq"] for r in snapshot["pending"][a.trial_id]] == [0]
+
+    again, _ = _tracker(tmp_path, [])
+    again.set_state(snapshot)
+    again.setup()
+    for trial in trials:
+        again.on_trial_start(0, trials, trial)
+    again.on_trial_result(3, trials, a, _result(3, a.config))
+    _end(again, trials)
+    records = [json.loads(x) for x in (tmp_path / "pop" / LINEAGE_FILE).read_text().splitlines()]
+    assert [(r["seq"], r["time"], r["restored_iteration"]) for r in records] == [(0, 1.0, 2)]
+
+
 def test_a_donor_this_driver_never_started_is_named_by_the_scheduler_s_record(
     tmp_path: Path,
 ) -> None:

@@ -108,6 +108,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._opened: set[str] = set()
         self._ended: set[str] = set()
         self._exploits: dict[str, list[dict[str, Any]]] = {}  # target -> records not yet queued
+        # Records handed to the writer that the lineage file may not show yet: the writer
+        # appends them from its own thread, and a driver killed first would lose them.
+        self._queued: list[dict[str, Any]] = []
         self._seq = 0
         self._lock = threading.Lock()
         self._started = time.monotonic()
@@ -149,8 +152,15 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
+        _, written = self._lineage_file()
         with self._lock:
             pending = {k: [dict(r) for r in v] for k, v in self._exploits.items() if v}
+            # Queued to the writer, not in the file yet: as good as pending (seen in the
+            # soak drill: a record queued just before a snapshot and a kill was in
+            # neither, and the lineage lacked its number).
+            self._queued = [r for r in self._queued if (r["target"], r["time"]) not in written]
+            for record in self._queued:
+                pending.setdefault(record["target"], []).append(dict(record))
         # Exploits decided but not yet written (their target had not restarted): a driver
         # killed now would lose them, and their numbers would be a gap in the lineage.
         # (The next number comes from the lineage file and these: set_state.)
@@ -339,8 +349,12 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 record[f"{key}_name"] = self._trial_names.get(
                     record[key], record.get(f"{key}_name", record[key])
                 )
-            # The iteration the target continued from: the donor checkpoint's.
-            record["restored_iteration"] = restored_iteration
+            # The iteration the target continued from: the donor checkpoint's (a record
+            # the killed driver had queued already keeps the one it saw).
+            if record.get("restored_iteration") is None:
+                record["restored_iteration"] = restored_iteration
+            with self._lock:
+                self._queued.append(dict(record))
             self.writer.put(Lineage(handle, record))
         if waiting:
             self._exploits[handle] = waiting
