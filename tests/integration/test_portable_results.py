@@ -100,7 +100,11 @@ def test_a_copied_folder_is_evaluated_and_exported_where_it_lies(
         )
         assert Path(exported.spec["checkpoint"]).is_relative_to(copy)
         uri = resolve_store(str(copy))
-        written = write_schedule(client_for(uri), uri, tmp_path / "replay.yaml", "pbt")
+        # The schedule of a trial that was exploited (the best may have been a donor
+        # throughout): its lineage has a segment per exploit.
+        lineage = (copy / "pbt" / "lineage.jsonl").read_text().splitlines()
+        exploited = json.loads(lineage[-1])["target_name"]
+        written = write_schedule(client_for(uri), uri, tmp_path / "replay.yaml", "pbt", exploited)
         replay = yaml.safe_load(written.path.read_text())
         assert replay["storage"] == str(copy)
         assert written.results_dir.parent == copy
@@ -110,7 +114,7 @@ def test_a_copied_folder_is_evaluated_and_exported_where_it_lies(
 
     # The original gone: nothing the copy needs was read from it.
     original.rename(original.with_name("gone"))
-    again = write_schedule(client_for(uri), uri, tmp_path / "replay2.yaml", "pbt")
+    again = write_schedule(client_for(uri), uri, tmp_path / "replay2.yaml", "pbt", exploited)
     assert again.exported.steps == written.exported.steps
     assert len(again.exported.segments) > 1  # the lineage, from the copy's artifacts
     assert evaluate_reference(
