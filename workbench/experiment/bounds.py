@@ -163,9 +163,10 @@ def not_int64(value: Any) -> str | None:
         low, high = INT64
         if not low <= value <= high:
             return f"{value} does not fit a 64-bit integer ({low}..{high})"
-    items = value.values() if isinstance(value, dict) else value
-    if isinstance(value, dict | list | tuple):
-        for item in items:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        for item in value:
             if found := not_int64(item):
                 return found
     return None

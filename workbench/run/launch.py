@@ -195,6 +195,7 @@ def _session(
             env_step_budget=exp.stop.population_env_steps,
         ),
     )
+    table.stopper = stopper
     trial_scheduler = scheduler(resolved)
     if hasattr(trial_scheduler, "all_run_at_once"):
         trial_scheduler.all_run_at_once = all_at_once  # no fair-share pauses (NoIdlePause)

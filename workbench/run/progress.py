@@ -28,13 +28,7 @@ from typing import Any, TextIO
 from ray.tune import Callback
 from ray.tune.utils import flatten_dict
 
-from workbench.names import (
-    ITERATION_ENV_STEPS_METRIC,
-    RETURN_METRIC,
-    SCORE_METRIC,
-    STEP_METRIC,
-    STEPS_METRIC,
-)
+from workbench.names import RETURN_METRIC, SCORE_METRIC, STEP_METRIC, STEPS_METRIC
 
 # The rules whose progress is the return: the closer to the target, the further along.
 RETURN_KEYS = (RETURN_METRIC, SCORE_METRIC)
@@ -175,12 +169,19 @@ class ProgressTable(Callback):  # type: ignore[misc]
         self.goal = goal or StopGoal()
         self.records: dict[str, TrialRecord] = {}
         self.exploits: list[str] = []  # the exploit lines, in order
-        self.sampled = 0  # env steps every result has sampled, together
+        # The experiment's stopper (launch sets it): it counts the env steps the trials
+        # have sampled together, across a resume too, for the bar toward a step budget.
+        self.stopper: Any = None
         self.started = time.monotonic()
         self._last_print = 0.0
         self._announced: set[str] = set()  # the trials whose start was shown
         self._lock = threading.RLock()
         self._view: _View | None = None
+
+    @property
+    def sampled(self) -> int:
+        """The env steps the trials have sampled together (0 without a stopper)."""
+        return int(getattr(self.stopper, "env_steps_spent", 0))
 
     # --- Tune callback hooks ------------------------------------------------------------
     def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
@@ -215,9 +216,6 @@ class ProgressTable(Callback):  # type: ignore[misc]
             record.status = "RUNNING"
             record.iteration = int(flat.get(STEP_METRIC, record.iteration))
             record.env_steps = int(flat.get(STEPS_METRIC, record.env_steps) or 0)
-            sampled = _real(flat.get(ITERATION_ENV_STEPS_METRIC))
-            if sampled is not None and sampled == sampled:
-                self.sampled += int(sampled)
             for key in (*self.goal.rules, *RETURN_KEYS):
                 value = _real(flat.get(key))
                 if value is not None:

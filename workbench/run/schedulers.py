@@ -427,15 +427,18 @@ class FreshExploits:
         state.last_score = donor.last_score
 
 
-class WorkbenchPBT(
+class PopulationMixins(
     KeepExploitedActor,
     NoIdlePause,
     FreshExploits,
     NoStopAfterSave,
     ExploitRecorder,
     ResumablePBT,
-    PopulationBasedTraining,
 ):
+    """What the workbench's PBT and PB2 both add to Tune's, in the order they apply."""
+
+
+class WorkbenchPBT(PopulationMixins, PopulationBasedTraining):
     # The experiment's search space: explores by its blocks (ParamSpec.perturb: integers
     # and quantized values always move, lists move to a neighbour); Tune's explore
     # without one.
@@ -454,15 +457,7 @@ class WorkbenchPBT(
         )
 
 
-class WorkbenchPB2(
-    KeepExploitedActor,
-    NoIdlePause,
-    FreshExploits,
-    NoStopAfterSave,
-    ExploitRecorder,
-    ResumablePBT,
-    PB2,
-):
+class WorkbenchPB2(PopulationMixins, PB2):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",

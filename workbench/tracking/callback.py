@@ -152,7 +152,8 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
-        _, written = self._lineage_file()
+        # (Read only while some are queued: a snapshot follows every trial checkpoint.)
+        _, written = self._lineage_file() if self._queued else (set(), set())
         with self._lock:
             pending = {k: [dict(r) for r in v] for k, v in self._exploits.items() if v}
             # Queued to the writer, not in the file yet: as good as pending (seen in the
@@ -325,10 +326,6 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             record["seq"] = self._seq
             self._seq += 1
         record["armed"] = not record.get("decided_on_own_result", False)
-        for key in ("target", "source"):
-            record[f"{key}_name"] = self._trial_names.get(
-                record[key], record.get(f"{key}_name", record[key])
-            )
         for key in ("old", "donor", "new"):
             record[key] = {
                 self.target.hyperparameters.get(k, k): v for k, v in record.get(key, {}).items()
