@@ -14,8 +14,10 @@ time is mostly not the network's. This measures, on one core with one torch thre
   learner uses). Minibatch sizes 64-2048; the small-env networks (64x64 tanh policy and
   value, workbench/experiment/defaults.py) and RLlib's default ones (256x256 ReLU).
 * **per minibatch update** (DQN, ``--dqn``): one ``Learner.update`` per minibatch, as DQN's
-  training step calls it (every update pays the fixed cost), on a replay-buffer sample,
-  against double-Q Huber loss and Adam in plain torch (dueling off in both).
+  training step calls it (every update pays the fixed cost), on a replay-buffer sample:
+  RLlib's ``DQNTorchLearner``, the workbench's ``LeanDQNTorchLearner``
+  (workbench/trial/lean_dqn.py), against double-Q Huber loss and Adam in plain torch
+  (dueling off in all).
 * **one train()** (PPO, batch 256, one minibatch of 256, 20 epochs, 8 envs, the fast env
   runner in the trial's process): its wall time, RLlib's own timers (sampling, learner
   update, weight sync), and its fixed cost: wall time less sampling less 20 plain-torch
@@ -53,6 +55,7 @@ ENV = "sim_ext/CartPole-v1"
 ENVS = 8
 BATCH = 2048
 MINIBATCHES = (64, 128, 256, 512, 1024, 2048)
+DQN_ARMS = ("rllib", "lean", "torch")
 NETWORKS: dict[str, dict[str, Any]] = {
     "small_env": {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False},
     "rllib_default": {
@@ -413,6 +416,7 @@ def dqn_updates(
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     from workbench.trial.config import register_env
+    from workbench.trial.lean_dqn import LeanDQNTorchLearner
 
     print("\nDQN: one update() call = one minibatch update (ms), double Q, dueling off")
     print(f"{'network':<14} {'minibatch':>9} {'arm':<6} {'per update':>22} {'vs torch':>9}")
@@ -432,10 +436,14 @@ def dqn_updates(
             .debugging(seed=0)
         )
         algo = build(config)
+        lean_algo = build(copy.deepcopy(config).learners(learner_class=LeanDQNTorchLearner))
         try:
             for _ in range(20):
                 algo.train()
-            learner = algo.learner_group._learner
+            learners = {
+                "rllib": algo.learner_group._learner,
+                "lean": lean_algo.learner_group._learner,
+            }
             buffer = algo.local_replay_buffer
             for minibatch in minibatches:
                 samples = [
@@ -447,26 +455,27 @@ def dqn_updates(
                 plain = PlainDQN(network, minibatch)
 
                 def measure(
-                    arm: str, samples: Any = samples, plain: Any = plain, learner: Any = learner
+                    arm: str, samples: Any = samples, plain: Any = plain, learners: Any = learners
                 ) -> float:
                     if arm == "torch":
                         return plain_seconds(plain, 20)
                     data = [copy.deepcopy(s) for s in samples]
                     start = time.perf_counter()
                     for episodes in data:
-                        learner.update(
+                        learners[arm].update(
                             episodes=episodes, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: 10_000}
                         )
                     return (time.perf_counter() - start) / len(data)
 
                 measure("rllib")
-                figures = interleaved(rounds, ("rllib", "torch"), measure, label=f"dqn {minibatch}")
+                measure("lean")
+                figures = interleaved(rounds, DQN_ARMS, measure, label=f"dqn {minibatch}")
                 ms = {
                     arm: [f * 1e3 for f in figs]
-                    for arm, figs in zip(("rllib", "torch"), figures, strict=True)
+                    for arm, figs in zip(DQN_ARMS, figures, strict=True)
                 }
                 anchor = sorted(ms["torch"])[len(ms["torch"]) // 2]
-                for arm in ("rllib", "torch"):
+                for arm in DQN_ARMS:
                     median = sorted(ms[arm])[len(ms[arm]) // 2]
                     print(
                         f"{net_name:<14} {minibatch:>9} {arm:<6} {spread(ms[arm], '.2f'):>22} "
@@ -477,6 +486,7 @@ def dqn_updates(
                     )
         finally:
             algo.stop()
+            lean_algo.stop()
 
 
 # --- where the time goes ------------------------------------------------------------------

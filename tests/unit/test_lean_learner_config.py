@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
 from tests.support.bad_files import problem_about, rejected
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import algorithm_config
+from workbench.trial.lean_dqn import LeanDQNTorchLearner
 from workbench.trial.lean_learner import CLIP_SCHEDULE_KEY, LeanPPOTorchLearner
 
 DECAY = [[0, 0.2], [100_000, 0.0]]
@@ -50,9 +52,18 @@ def test_a_clip_schedule_without_the_lean_learner_is_refused(tmp_path: Path) -> 
     problem_about(rejected(path), path, "training.clip_param", "needs the lean learner")
 
 
+def test_dqn_trials_get_the_lean_dqn_learner_unless_the_file_asks_for_rllibs(
+    tmp_path: Path,
+) -> None:
+    dqn = {"algorithm": "DQN", "env_runner": "rllib", "training": {}}
+    assert config_of(experiment(tmp_path, **dqn)).learner_class is LeanDQNTorchLearner
+    rllib = config_of(experiment(tmp_path, learner="rllib", **dqn)).learner_class
+    assert rllib is DQNTorchLearner
+
+
 def test_the_lean_learner_is_refused_for_other_algorithms(tmp_path: Path) -> None:
-    path = experiment(tmp_path, algorithm="DQN", learner="lean", env_runner="rllib")
-    problem_about(rejected(path), path, "learner", "'lean' updates PPO, not DQN")
+    path = experiment(tmp_path, algorithm="APPO", learner="lean", training={})
+    problem_about(rejected(path), path, "learner", "'lean' updates PPO, DQN, not APPO")
 
 
 @pytest.mark.parametrize(

@@ -47,8 +47,9 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
 # feed RLlib's default connectors and modules that output action distribution inputs.
 FAST_RUNNER_ALGORITHMS = ("PPO", "APPO", "IMPALA")
 
-# The algorithms workbench.trial.lean_learner has a lean learner for.
-LEAN_LEARNER_ALGORITHMS = ("PPO",)
+# The algorithms the workbench has a lean learner for (workbench.trial.lean_learner: PPO,
+# workbench.trial.lean_dqn: DQN).
+LEAN_LEARNER_ALGORITHMS = ("PPO", "DQN")
 
 _TO_DICT_RENAMES = {"lambda_": "lambda", "input_": "input"}
 _NOT_HYPERPARAMETERS = {"self", "kwargs"}

@@ -481,8 +481,9 @@ def _check_replay(
 
 
 def lean_learner_applies(experiment: Experiment) -> bool:
-    """Whether trials update with workbench.trial.lean_learner (PPO with one local CPU
-    learner, unless the file asks for RLlib's)."""
+    """Whether trials update with a lean learner (workbench.trial.lean_learner for PPO,
+    workbench.trial.lean_dqn for DQN: one local CPU learner, unless the file asks for
+    RLlib's)."""
     res = experiment.resources
     return (
         experiment.learner != "rllib"

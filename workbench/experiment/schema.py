@@ -597,10 +597,11 @@ class Experiment(_Strict):
     )
     learner: Literal["auto", "lean", "rllib"] = Field(
         "auto",
-        description="How trials update: 'lean' is the workbench's PPO learner for small "
-        "networks on CPU (RLlib's PPO, its checkpoints and metrics, without RLlib's "
-        "per-minibatch overhead; needed for a clip_param schedule), 'rllib' RLlib's own "
-        "learner, 'auto' the lean one for PPO with a local CPU learner.",
+        description="How trials update: 'lean' is the workbench's PPO or DQN learner for "
+        "small networks on CPU (RLlib's algorithm, its checkpoints and metrics, without "
+        "RLlib's per-minibatch overhead; PPO's is needed for a clip_param schedule), "
+        "'rllib' RLlib's own learner, 'auto' the lean one for PPO and DQN with a local CPU "
+        "learner.",
     )
     model: dict[str, Any] = Field(
         default_factory=dict,

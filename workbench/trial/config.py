@@ -15,11 +15,15 @@ from workbench.experiment.defaults import Defaults
 from workbench.experiment.resolve import ResolvedExperiment, lean_learner_applies
 from workbench.trial.callbacks import callbacks_class
 from workbench.trial.fast_runner import FastEnvRunner
+from workbench.trial.lean_dqn import LeanDQNTorchLearner
 from workbench.trial.lean_learner import (
     CLIP_SCHEDULE_KEY,
     LeanPPOTorchLearner,
     install_lean_weight_sync,
 )
+
+# The learner class of each algorithm in LEAN_LEARNER_ALGORITHMS.
+LEAN_LEARNERS: dict[str, type] = {"PPO": LeanPPOTorchLearner, "DQN": LeanDQNTorchLearner}
 
 # Adjusts the RLlib config beyond what experiment files say (from Python).
 Configure = Callable[[AlgorithmConfig], AlgorithmConfig]
@@ -82,7 +86,7 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
     ):
         config.env_runners(env_runner_cls=FastEnvRunner)
     if lean_learner_applies(exp):
-        config.learners(learner_class=LeanPPOTorchLearner)
+        config.learners(learner_class=LEAN_LEARNERS[exp.algorithm])
         # Weight syncs to the trial's own env runner copy tensors (no object store).
         given = config.callbacks_on_algorithm_init
         hooks: list[Any] = (
