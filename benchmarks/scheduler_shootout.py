@@ -30,9 +30,14 @@ Method:
 * Per run: each member's final checkpoint evaluated over ``--episodes`` episodes
   (``workbench.policy.evaluate``, deterministic, seeds 10000 + ...); "best" is the
   evaluation of the member with the best final training score (picked on training,
-  not on the evaluation), "median" the median of all members' evaluations. The anytime
-  curve is the best windowed training score (``score/return_mean``) of the population
-  against the env steps it had sampled, one line per run, as a PNG.
+  not on the evaluation), "median" the median of all members' evaluations.
+* The anytime curve: every arm checkpoints every ``CURVE_EVERY`` iterations and keeps them
+  all; after the run each checkpoint is evaluated over ``--curve-episodes`` episodes
+  (deterministic, seeds 20000 + ...) and placed at the env steps the whole population had
+  sampled when it was written (the result row it was saved after). The curve is the best
+  evaluated return of any checkpoint so far against those env steps, one line per run, as
+  a PNG. A maximum over noisy few-episode evaluations leans high, alike for every arm;
+  the table's final evaluations are the unbiased figures.
 * Exploits from each PBT/PB2 run's lineage.jsonl: how many, and the first few (target,
   donor, iteration) to say why a population won or lost.
 """
@@ -72,6 +77,8 @@ TASKS = {
 ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_interval2")
 DEFAULT_ARMS = ("pbt", "pb2", "asha_optuna", "random")
 SCORE = ("score", "return_mean")
+CURVE_EVERY = 4  # iterations between the checkpoints the anytime curve evaluates
+KEEP_ALL = 100_000  # checkpoint.keep: every checkpoint stays for the curve
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,8 @@ def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -
         "stop.wall_time_s=null",
         "evaluation.at_end=none",
         f"stop.population_env_steps={budget.total_env_steps}",
+        f"checkpoint.frequency={CURVE_EVERY}",
+        f"checkpoint.keep={KEEP_ALL}",
     ]
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
     if arm in ("pbt", "pbt_interval2"):
@@ -141,23 +150,68 @@ class Run:
     best_member: str = ""
     exploits: int = 0
     exploit_notes: list[str] = field(default_factory=list)
-    # (population env steps, best score so far) after each result, in time order.
+    checkpoints: int = 0  # evaluated for the curve
+    # (population env steps, best evaluated return so far), one point per checkpoint.
     curve: list[tuple[float, float]] = field(default_factory=list)
 
 
-def _curve(trials: dict[str, list[dict[str, Any]]]) -> list[tuple[float, float]]:
-    rows = sorted(
-        (row for rows in trials.values() for row in rows), key=lambda r: r.get("timestamp", 0)
+def checkpoint_steps(
+    results_dir: Path, trials: dict[str, list[dict[str, Any]]]
+) -> list[tuple[float, Path]]:
+    """Every kept checkpoint of the run with the env steps the population had sampled when
+    it was written: the cumulative env steps of all result rows (in time order) through
+    the row it was saved after, i.e. its trial's latest row of the checkpoint's iteration
+    reported by the time its manifest was written (a PBT member repeats iterations after
+    an exploit, so the time tells which one)."""
+    from workbench.policy.checkpoint import read_checkpoint, trial_checkpoints
+    from workbench.trial.manifest import MANIFEST_FILE
+
+    ordered = sorted(
+        (
+            (float(row.get("timestamp", 0)), name, i, row)
+            for name, rows in trials.items()
+            for i, row in enumerate(rows)
+        ),
+        key=lambda item: (item[0], item[1], item[2]),
     )
-    steps, best, points = 0.0, -math.inf, []
-    for row in rows:
+    cumulative: dict[tuple[str, int], tuple[float, float]] = {}  # (trial, row) -> (time, steps)
+    steps = 0.0
+    for stamp, name, i, row in ordered:
         steps += number_at(row, "env_runners", "num_env_steps_sampled") or 0.0
-        score = number_at(row, *SCORE)
-        if score is not None and score > best:
-            best = score
-        if math.isfinite(best):
-            points.append((steps, best))
-    return points
+        cumulative[(name, i)] = (stamp, steps)
+    points = []
+    for name, rows in trials.items():
+        for path in trial_checkpoints(results_dir / name):
+            iteration = read_checkpoint(path).training_iteration
+            manifest = path / MANIFEST_FILE
+            written = manifest.stat().st_mtime if manifest.is_file() else math.inf
+            # Tune's timestamps are whole seconds: a row of the same second counts.
+            matches = [
+                cumulative[(name, i)][1]
+                for i, row in enumerate(rows)
+                if row.get("training_iteration") == iteration
+                and cumulative[(name, i)][0] <= written + 1
+            ]
+            if matches:
+                points.append((matches[-1], path))
+    return sorted(points, key=lambda point: point[0])
+
+
+def evaluated_curve(
+    points: list[tuple[float, Path]], episodes: int, seed: int
+) -> list[tuple[float, float]]:
+    """The best evaluated return of any checkpoint so far, at each checkpoint's env steps."""
+    from workbench.policy.checkpoint import read_checkpoint
+    from workbench.policy.evaluate import evaluate_checkpoint
+
+    best, curve = -math.inf, []
+    for steps, path in points:
+        evaluation = evaluate_checkpoint(
+            read_checkpoint(path), episodes=episodes, seed=20_000 + seed
+        )
+        best = max(best, float(statistics.fmean(evaluation.returns)))
+        curve.append((steps, best))
+    return curve
 
 
 def _evaluate(results_dir: Path, episodes: int, seed: int) -> dict[str, float]:
@@ -200,6 +254,7 @@ def run_once(
     episodes: int,
     extra: list[str],
     quantile: float = 0.25,
+    curve_episodes: int = 10,
 ) -> Run:
     name = f"{arm}-seed{seed}"
     storage = root / name
@@ -228,7 +283,9 @@ def run_once(
         for rows in trials.values()
         for row in rows
     )
-    run.curve = _curve(trials)
+    points = checkpoint_steps(results_dir, trials)
+    run.checkpoints = len(points)
+    run.curve = evaluated_curve(points, curve_episodes, seed)
     evals = _evaluate(results_dir, episodes, seed)
     finals = {
         name: score
@@ -243,7 +300,8 @@ def run_once(
     run.exploits, run.exploit_notes = _lineage(results_dir)
     print(
         f"  {wall:.0f} s, {run.env_steps:,.0f} env steps, best member {run.best_member} "
-        f"eval {run.best_eval:.1f}, median {run.median_eval:.1f}, {run.exploits} exploits",
+        f"eval {run.best_eval:.1f}, median {run.median_eval:.1f}, {run.exploits} exploits, "
+        f"{run.checkpoints} checkpoints on the curve",
         flush=True,
     )
     return run
@@ -286,6 +344,7 @@ def report(runs: list[Run], arms: list[str], episodes: int) -> None:
 
 
 def plot(runs: list[Run], arms: list[str], path: Path, title: str) -> None:
+    """The anytime curves (evaluated_curve) of every run, coloured by arm."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -298,7 +357,7 @@ def plot(runs: list[Run], arms: list[str], path: Path, title: str) -> None:
             xs, ys = zip(*r.curve, strict=True)
             ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, label=arm if j == 0 else None)
     ax.set_xlabel("population env steps")
-    ax.set_ylabel("best windowed training score so far")
+    ax.set_ylabel("best evaluated return so far")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -316,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--population", type=int, default=4)
     parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
     parser.add_argument("--plot", type=Path, default=None, help="the anytime curve's PNG")
+    parser.add_argument(
+        "--curve-episodes", type=int, default=10, help="episodes per checkpoint on the curve"
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="passed on to run"
     )
@@ -336,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         # Two members, four iterations of 512 env steps on 2 envs each: an episode (999
         # steps on MountainCar at most) ends in every env.
-        seeds, args.population, args.episodes = seeds[:1], 2, 5
+        seeds, args.population, args.episodes, args.curve_episodes = seeds[:1], 2, 5, 2
         steps_per_iteration = 512
         args.budget = 2 * 4 * steps_per_iteration
         extra += [
@@ -363,11 +425,27 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(seeds):
             turn = i % len(arms)
             for arm in arms[turn:] + arms[:turn]:
-                runs.append(run_once(task, arm, seed, budget, root, args.episodes, extra, quantile))
+                runs.append(
+                    run_once(
+                        task,
+                        arm,
+                        seed,
+                        budget,
+                        root,
+                        args.episodes,
+                        extra,
+                        quantile,
+                        args.curve_episodes,
+                    )
+                )
         report(runs, arms, args.episodes)
         print(f"load average at the end: {os.getloadavg()[0]:.1f}")
         if args.plot is not None:
-            plot(runs, arms, args.plot, f"{args.task}: {budget.total_env_steps:,} env steps a run")
+            title = (
+                f"{args.task}: {budget.total_env_steps:,} env steps a run, "
+                f"checkpoints over {args.curve_episodes} episodes"
+            )
+            plot(runs, arms, args.plot, title)
             print(f"anytime curve: {args.plot}")
     finally:
         if args.keep:

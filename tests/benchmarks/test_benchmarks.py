@@ -218,4 +218,8 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
         assert 0 < float(cells[5].replace(",", "")) <= 4096 + 2 * 512
         assert -1000 < float(cells[6]) < 200  # the best member evaluated
     assert "| arm | runs | env steps |" in result.stdout
+    # Every run's kept checkpoints were evaluated for the anytime curve (at iterations 2
+    # and 4 of each member, at least).
+    on_curve = [int(n) for n in re.findall(r"(\d+) checkpoints on the curve", result.stdout)]
+    assert len(on_curve) == 2 and all(n >= 2 for n in on_curve), on_curve
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

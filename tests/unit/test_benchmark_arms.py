@@ -5,11 +5,14 @@ tests/benchmarks/test_benchmarks.py)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
+import pytest
 
 from workbench.experiment.resolve import load_and_resolve
 
@@ -160,3 +163,63 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
             e.env.id == "sim_ext/MountainCarContinuous-v0"
             and e.training == resolved["pbt"].training
         ), arm
+
+
+def test_the_shootout_places_each_checkpoint_at_the_populations_env_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two members sampling 100 env steps an iteration; A is exploited after its
+    # iteration 2 and reports iteration 2 again (from the donor's checkpoint).
+    import workbench.policy.checkpoint as checkpoint_module
+    from workbench.trial.manifest import MANIFEST_FILE
+
+    shootout = _benchmark("scheduler_shootout")
+
+    def row(iteration: int, stamp: int) -> dict[str, Any]:
+        return {
+            "training_iteration": iteration,
+            "timestamp": stamp,
+            "env_runners": {"num_env_steps_sampled": 100},
+        }
+
+    trials = {
+        "A": [row(1, 100), row(2, 102), row(2, 106)],
+        "B": [row(1, 101), row(2, 104)],
+    }
+    written = {("A", 0): (2, 102.5), ("A", 1): (2, 106.2), ("B", 0): (1, 101.3)}
+    folders: dict[str, list[Path]] = {"A": [], "B": []}
+    iterations = {}
+    for (name, n), (iteration, when) in written.items():
+        folder = tmp_path / name / f"checkpoint_{n:06d}"
+        folder.mkdir(parents=True)
+        (folder / MANIFEST_FILE).write_text("{}")
+        os.utime(folder / MANIFEST_FILE, (when, when))
+        folders[name].append(folder)
+        iterations[folder] = iteration
+    monkeypatch.setattr(checkpoint_module, "trial_checkpoints", lambda d: folders[d.name])
+    monkeypatch.setattr(
+        checkpoint_module,
+        "read_checkpoint",
+        lambda path: SimpleNamespace(training_iteration=iterations[path], path=path),
+    )
+    points = shootout.checkpoint_steps(tmp_path, trials)
+    # Rows in time order: A1 100, B1 200, A2 300, B2 400, A2 again 500 population steps.
+    assert [(steps, path.parent.name, path.name) for steps, path in points] == [
+        (200.0, "B", "checkpoint_000000"),
+        (300.0, "A", "checkpoint_000000"),
+        (500.0, "A", "checkpoint_000001"),
+    ]
+    # The curve is the best evaluation so far, at those steps.
+    returns = {folders["B"][0]: -5.0, folders["A"][0]: 10.0, folders["A"][1]: 3.0}
+    import workbench.policy.evaluate as evaluate_module
+
+    monkeypatch.setattr(
+        evaluate_module,
+        "evaluate_checkpoint",
+        lambda checkpoint, **_: SimpleNamespace(returns=[returns[checkpoint.path], 0.0]),
+    )
+    assert shootout.evaluated_curve(points, episodes=2, seed=0) == [
+        (200.0, -2.5),
+        (300.0, 5.0),
+        (500.0, 5.0),
+    ]
