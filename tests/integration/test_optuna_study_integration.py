@@ -59,7 +59,9 @@ def test_the_study_opens_after_a_run_and_after_its_resume(tmp_path: Path) -> Non
     )
     try:
         deadline = time.monotonic() + 240
-        while not _complete(folder):  # the first trial has ended: stop the run (Ctrl-C)
+        # The first trial has ended: stop the run (Ctrl-C), before or after the second one
+        # starts (before it, the resume must still make it: tests/unit/test_resume_search_state).
+        while not _complete(folder):
             assert driver.poll() is None, driver.communicate()
             assert time.monotonic() < deadline, "no trial finished"
             time.sleep(0.3)

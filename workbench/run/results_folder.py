@@ -1,6 +1,7 @@
 """A population's results folder: the saved experiment that names it, and what Tune's
-last snapshot says of its trials. Light (no Ray, no RLlib), so the CLI can find a folder,
-or say there is none, before it imports anything heavy."""
+last snapshot says of its trials. Light, so the CLI can find a folder, or say there is
+none, before it imports anything heavy: no Ray, no RLlib, except Ray's unpickler for Tune's
+search state, read only when every trial has ended."""
 
 from __future__ import annotations
 
@@ -46,6 +47,48 @@ def population_statuses(results_dir: Path) -> dict[str, str]:
             "the experiment anew with `workbench run`",
         ) from None
     return out
+
+
+# Tune's search state beside the experiment state: the searcher's (Optuna's, wrapped in
+# Ray's SearchGenerator) or the random and grid search's (BasicVariantGenerator).
+SEARCH_STATE_FILES = ("search_gen_state-*.json", "basic-variant-state-*.json")
+
+
+def search_has_more(results_dir: Path, created: int) -> bool:
+    """Whether Tune's saved search would still create trials: it has made ``created`` of
+    the population's, is not finished (a stop rule that ends the population finishes it)
+    and has more to make. A searcher with a concurrency limit makes trials one by one, so a
+    population stopped between one trial's end and the next one's start has every trial
+    ended and still trials to run. False where no search state was saved.
+
+    Raises ExperimentError (exit 2) when the state cannot be read, as Tune's restore could not.
+    """
+    for pattern in SEARCH_STATE_FILES:
+        snapshots = sorted(results_dir.glob(pattern))
+        if snapshots:
+            break
+    else:
+        return False
+    newest = snapshots[-1]
+    from ray import cloudpickle  # its pickle names Tune's classes: import Ray only now
+
+    try:
+        with newest.open("rb") as f:
+            state = cloudpickle.load(f)
+        if not isinstance(state, dict):
+            raise TypeError(f"a {type(state).__name__}, not Tune's state")
+    except Exception as err:  # any unpickling failure is a damaged file
+        raise ExperimentError.single(
+            str(newest),
+            "",
+            f"Tune's search state cannot be read ({type(err).__name__}: {err}); it is "
+            "truncated or was edited, so the population cannot be resumed from it. Put back "
+            "an intact copy, or start the experiment anew with `workbench run`",
+        ) from None
+    # SearchGenerator's get_state() and BasicVariantGenerator's __dict__ name them apart.
+    finished = bool(state.get("finished", state.get("_finished", False)))
+    total = int(state.get("total_samples", state.get("_total_samples", 0)) or 0)
+    return not finished and created < total
 
 
 def population_name(
@@ -148,14 +191,16 @@ def find_results_dir(ref: str, storage: str = "results") -> Path:
 
 
 def nothing_to_resume(results_dir: Path, name: str, *, restart_errored: bool) -> str | None:
-    """Why `workbench resume` has nothing to do (every trial ended, and no errored one to
-    run again), or None when there is something to resume."""
+    """Why `workbench resume` has nothing to do (every trial ended, no errored one to run
+    again, and the search has no trial left to make), or None when there is something to
+    resume."""
     statuses = population_statuses(results_dir)
     errored = [t for t, s in statuses.items() if s == "ERROR"]
     if (
         not statuses
         or not all(s in ("TERMINATED", "ERROR") for s in statuses.values())
         or (errored and restart_errored)
+        or search_has_more(results_dir, len(statuses))
     ):
         return None
     return (
