@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from ray.train import Checkpoint
 from ray.tune.schedulers.pbt import _PBTTrialState
@@ -215,3 +216,110 @@ def test_an_exploited_trial_that_was_saving_is_paused_not_stopped() -> None:
     controller._cached_trial_decisions["t2"] = TrialScheduler.STOP
     assert not drop_stop_cached_by_pause(controller, running)
     assert controller._cached_trial_decisions == {"t1": TrialScheduler.PAUSE, "t2": "STOP"}
+
+
+def _stored_trial(tmp_path: Path, config: dict[str, object]) -> object:
+    """A real Tune trial with its experiment folder under ``tmp_path``, as Tune adds it."""
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(str(tmp_path), "pop", trial_dir_name="trainable_t_00000")
+    trial = Trial(
+        "trainable",
+        config=config,
+        trial_id="t_00000",
+        stub=True,
+        storage=storage,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+    )
+    trial.create_placement_group_factory()
+    return trial
+
+
+def _write_snapshot(tmp_path: Path, trial: object, session: str) -> None:
+    import json
+
+    folder = tmp_path / "pop"
+    folder.mkdir(exist_ok=True)
+    state = {"trial_data": [list(trial.get_json_state())]}  # type: ignore[attr-defined]
+    (folder / f"experiment_state-{session}.json").write_text(json.dumps(state))
+
+
+def test_a_restored_trial_takes_its_values_from_the_snapshot_it_restores_from(
+    tmp_path: Path,
+) -> None:
+    # The results folder's callback state is another file than its experiment state; a
+    # driver killed during a state sync can leave it from an earlier save. The values
+    # must be the ones written beside the checkpoint Tune restores (the experiment state).
+    from ray.tune.experiment import Trial
+
+    trial = _stored_trial(tmp_path, {"lr": 1e-3, "seed": 7})
+    before = _pbt()
+    before.on_trial_add(_Controller(), trial)
+    older = pickle.loads(pickle.dumps(SchedulerState(before).get_state()))  # lr 1e-3
+    trial.set_config({**trial.config, "lr": 5e-4})  # an exploit, then the next snapshot
+    _write_snapshot(tmp_path, trial, "2026-12-01_10-00-00")
+
+    restored = Trial.from_json_state(trial.get_json_state()[0], stub=True)
+    restored.set_storage(trial.storage)
+    restored.config = {"lr": 1e-3, "seed": 7}  # Tune's add_trial: back to the original
+    after = _pbt()
+    SchedulerState(after).set_state(older)
+    after.on_trial_add(_Controller(), restored)
+    assert restored.config == {"lr": 5e-4, "seed": 7}
+
+
+def test_without_a_snapshot_the_callback_states_values_stand(tmp_path: Path) -> None:
+    trial = _stored_trial(tmp_path, {"lr": 1e-3})
+    before = _pbt()
+    before.on_trial_add(_Controller(), trial)
+    trial.set_config({"lr": 5e-4})
+    saved = SchedulerState(before).get_state()
+    assert saved is not None
+    trial.config = {"lr": 1e-3}
+    after = _pbt()
+    SchedulerState(after).set_state(saved)
+    after.on_trial_add(_Controller(), trial)  # no experiment state in its folder
+    assert trial.config == {"lr": 5e-4}
+
+
+def test_an_exploited_trials_next_snapshot_names_the_donors_checkpoint(tmp_path: Path) -> None:
+    import json
+
+    from ray.train._internal.session import _TrainingResult
+
+    from workbench.run.schedulers import NoStopAfterSave
+
+    target = _stored_trial(tmp_path, {"lr": 1e-3})
+    own = Checkpoint(str(tmp_path / "own"))
+    target.run_metadata.checkpoint_manager.register_checkpoint(  # type: ignore[attr-defined]
+        _TrainingResult(checkpoint=own, metrics={"training_iteration": 4})
+    )
+    donors = Checkpoint(str(tmp_path / "donor"))
+
+    class TunesPBT:
+        """Ray 2.60's PopulationBasedTraining._exploit, the lines that move the trial."""
+
+        def _exploit(self, tune_controller: object, trial: object, trial_to_clone: object) -> None:
+            trial.set_config({"lr": 5e-4})  # type: ignore[attr-defined]
+            trial.run_metadata.checkpoint_manager._latest_checkpoint_result = (  # type: ignore[attr-defined]
+                _TrainingResult(checkpoint=donors, metrics={"training_iteration": 6})
+            )
+
+    def snapshot_checkpoint() -> str:
+        runtime = json.loads(target.get_json_state()[1])  # type: ignore[attr-defined]
+        manager = cloudpickle.loads(bytes.fromhex(runtime["checkpoint_manager"]["value"]))
+        return str(manager._latest_checkpoint_result.checkpoint.path)
+
+    import ray.cloudpickle as cloudpickle
+
+    assert snapshot_checkpoint() == own.path  # a snapshot before the exploit caches it
+    TunesPBT()._exploit(None, target, None)
+    assert snapshot_checkpoint() == own.path  # the fall: the new values, the old checkpoint
+
+    class Fixed(NoStopAfterSave, TunesPBT):
+        pass
+
+    Fixed()._exploit(SimpleNamespace(), target, None)
+    assert snapshot_checkpoint() == donors.path

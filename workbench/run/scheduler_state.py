@@ -4,9 +4,11 @@ callback, and take it back after `Tuner.restore`."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
 from ray.tune.schedulers import (
     TrialScheduler,
 )
@@ -44,8 +46,10 @@ class ResumableScheduler:
     re-adds each trial with the config it was created with (``add_trial`` resolves the
     config's placeholders from the trial's original, unresolved copy, which
     ``Trial.set_config`` never updates), so without this a resumed trial would go on
-    from its checkpoint with its pre-exploit values. The snapshot carries each
-    trial's plain top-level values; on restore they go back over the reset.
+    from its checkpoint with its pre-exploit values. On restore each trial's plain
+    top-level values go back over the reset, read from the same experiment-state
+    snapshot as the checkpoint Tune restores (the callback state keeps a copy for
+    trials without storage).
     """
 
     _restored: dict[str, Any] | None = None
@@ -75,7 +79,18 @@ class ResumableScheduler:
         return {"configs": configs} if configs else {}
 
     def _restore_config(self, trial: Any) -> None:
-        saved = (self._restored or {}).get("configs", {}).get(trial.trial_id)
+        """The trial's values as the snapshot Tune resumes it from holds them, beside the
+        checkpoint it restores: Tune's trial JSON keeps ``trial.config`` as it was when
+        that snapshot was written. The callback state's copy is only a fallback (a trial
+        without storage): it is another file of the results folder, which a driver killed
+        during a state sync can leave one save older or newer than the experiment state,
+        so a resumed trial went on from one checkpoint with the values of another save
+        (seen in the killed-driver drill: the resumed lr was not the snapshot's)."""
+        if "_snapshot_configs" not in self.__dict__:
+            self.__dict__["_snapshot_configs"] = snapshot_configs(trial)
+        saved = self.__dict__["_snapshot_configs"].get(trial.trial_id)
+        if saved is None:
+            saved = (self._restored or {}).get("configs", {}).get(trial.trial_id)
         if saved:
             trial.config.update(saved)
 
@@ -84,6 +99,31 @@ class ResumableScheduler:
 
     def _apply_trial_state(self, trial: Any) -> None:
         pass
+
+
+def snapshot_configs(trial: Any) -> dict[str, dict[str, Any]]:
+    """Trial id -> the trial's plain top-level config values in the experiment-state
+    snapshot Tune resumes from (the newest in ``trial``'s experiment folder, chosen as
+    Tune's ``TuneController.resume`` chooses it); {} when there is none to read."""
+    storage = getattr(trial, "storage", None)
+    if storage is None:
+        return {}
+    try:
+        newest = _find_newest_experiment_checkpoint(
+            storage.experiment_fs_path, fs=storage.storage_filesystem
+        )
+        if newest is None:
+            return {}
+        with storage.storage_filesystem.open_input_stream(newest) as f:
+            data = json.loads(f.readall())
+        out: dict[str, dict[str, Any]] = {}
+        for trial_json, _runtime in data["trial_data"]:
+            saved = json.loads(trial_json)
+            config = saved.get("config") or {}
+            out[str(saved["trial_id"])] = {k: v for k, v in config.items() if _plain(v)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}  # Tune read it a moment ago; the callback state's copy stands in
+    return out
 
 
 class SchedulerState(Callback):  # type: ignore[misc]

@@ -185,7 +185,8 @@ def _where_it_lies(checkpoint: Any, trial: Any) -> Any:
 
 
 class NoStopAfterSave:
-    """Mixin for PBT and PB2: an exploited trial is paused, never ended.
+    """Mixin for PBT and PB2: an exploited trial is paused, never ended, and its next
+    snapshot names the donor's checkpoint.
 
     PBT pauses the trial it exploits without a checkpoint (``pause_trial(...,
     should_checkpoint=False)``). When that trial is still saving its own periodic
@@ -200,6 +201,14 @@ class NoStopAfterSave:
     def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
         super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
         drop_stop_cached_by_pause(tune_controller, trial)
+        # PBT hands the trial the donor's checkpoint by setting an attribute of its
+        # checkpoint manager, which leaves the trial's cached snapshot JSON as it was: a
+        # trial exploited at a synchronous sync point (not the one reporting, whose new
+        # result clears the cache) would be snapshotted with its new values and its own
+        # old checkpoint, and a resume would pair them.
+        invalidate = getattr(getattr(trial, "run_metadata", None), "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate()
 
 
 def drop_stop_cached_by_pause(tune_controller: Any, trial: Any) -> bool:
