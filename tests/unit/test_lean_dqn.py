@@ -13,7 +13,6 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -29,10 +28,10 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
 )
 
 import workbench.trial.lean_learner as lean_learner
+from tests.support.learners import MODULE, comparable, flat, learner, max_difference, weights
 from workbench.trial.lean_dqn import LeanDQNTorchLearner, transitions_batch
 from workbench.trial.lean_learner import LEAN_KEY, install_lean_weight_sync
 
-MODULE = "default_policy"
 MINIBATCH = 64
 
 
@@ -86,18 +85,6 @@ def sample(buffer: Any, n_step: Any, seed: int, size: int = MINIBATCH) -> list[A
     return drawn
 
 
-def learner(config: Any, like: Any = None) -> Any:
-    space = gym.make("CartPole-v1")
-    spaces = {
-        "__env__": (space.observation_space, space.action_space),
-        MODULE: (space.observation_space, space.action_space),
-    }
-    built = config.build_learner(env=None, spaces=spaces)
-    if like is not None:
-        built.set_state(like.get_state())
-    return built
-
-
 def rllib_batch(target: Any, episodes: list[Any]) -> Any:
     """The batch RLlib's own Learner builds (its learner connector pipeline)."""
     return DQNTorchLearner._make_batch_if_necessary(
@@ -120,34 +107,6 @@ def assert_same_batch(ours: Any, theirs: Any) -> None:
             assert got[column].dtype == value.dtype, column
             assert got[column].shape == value.shape, column
             assert torch.equal(got[column], value), column
-
-
-def weights(target: Any) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in target.module[MODULE].state_dict().items()}
-
-
-def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value.peek() if hasattr(value, "peek") else value
-    return out
-
-
-def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Figures that are functions of the data and weights (not timers or throughputs)."""
-    return {
-        k: v
-        for k, v in metrics.items()
-        if "timer" not in k and "throughput" not in k and "connector" not in k
-    }
 
 
 @pytest.mark.parametrize("kind", ["prioritized", "uniform"])

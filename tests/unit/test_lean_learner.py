@@ -14,7 +14,6 @@ import itertools
 from types import SimpleNamespace
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -25,6 +24,7 @@ from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 
+from tests.support.learners import MODULE, comparable, flat, learner, max_difference, weights
 from workbench.trial.lean_learner import (
     CLIP_SCHEDULE_KEY,
     CURRENT_CLIP_PARAM_KEY,
@@ -34,7 +34,6 @@ from workbench.trial.lean_learner import (
     minibatch_plan,
 )
 
-MODULE = "default_policy"
 BATCH, MINIBATCH, EPOCHS = 512, 128, 3
 
 
@@ -71,18 +70,6 @@ def episodes() -> list[Any]:
         runner.stop()
 
 
-def learner(config: Any, like: Any = None) -> Any:
-    space = gym.make("CartPole-v1")
-    spaces = {
-        "__env__": (space.observation_space, space.action_space),
-        MODULE: (space.observation_space, space.action_space),
-    }
-    built = config.build_learner(env=None, spaces=spaces)
-    if like is not None:
-        built.set_state(like.get_state())
-    return built
-
-
 def update(target: Any, batch: list[Any], seed: int, steps: int = BATCH) -> dict[str, Any]:
     """One iteration's update on a copy of the episodes (the connectors extend them in
     place), with the global numpy stream RLlib shuffles with seeded."""
@@ -95,34 +82,6 @@ def update(target: Any, batch: list[Any], seed: int, steps: int = BATCH) -> dict
         shuffle_batch_per_epoch=True,
     )
     return flat(results)
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = value.peek() if hasattr(value, "peek") else value
-    return out
-
-
-def weights(target: Any) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in target.module[MODULE].state_dict().items()}
-
-
-def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-# Figures that are not functions of the data and weights: timers and throughputs.
-def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: v
-        for k, v in metrics.items()
-        if "timer" not in k and "throughput" not in k and "connector" not in k
-    }
 
 
 def test_the_minibatch_plan_is_rllibs_cyclic_iterator() -> None:
