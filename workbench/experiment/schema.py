@@ -76,6 +76,14 @@ class EnvSection(_Strict):
     config: dict[str, Any] = Field(
         default_factory=dict, description="env_config: keyword arguments of the environment."
     )
+    normalize_observations: bool = Field(
+        False,
+        description="Normalise observations with a running mean and standard deviation "
+        "(RLlib's MeanStdFilter, clipped to +-10) learnt while the trial samples; the "
+        "statistics go with the policy into its checkpoints, evaluations and exports. Helps "
+        "where observation scales differ widely (MountainCar). Samples with RLlib's env "
+        "runner (env_runner 'auto' or 'rllib').",
+    )
 
 
 class SearchSpaceSection(_Strict):

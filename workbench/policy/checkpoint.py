@@ -29,6 +29,7 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 
 from workbench.errors import ExperimentError
 from workbench.trial.manifest import MANIFEST_FILE, Candidate, choose, problem, read_manifest
+from workbench.trial.observation_filter import ObservationStats
 
 POLICY_ID = "default_policy"
 
@@ -67,6 +68,8 @@ class PolicyCheckpoint:
     training_iteration: int | None  # the Tune iteration the checkpoint was saved at
     # --trust: its module is loaded RLlib's way (unpickling); else as plain data only.
     trusted: bool = False
+    # env.normalize_observations: the statistics the policy's observations go through.
+    observation_filter: ObservationStats | None = None
 
     @property
     def module_path(self) -> Path:
@@ -159,6 +162,7 @@ def _from_settings(path: Path, settings: dict[str, Any], trust: bool) -> PolicyC
     env_config = settings["env_config"]
     if not isinstance(env_config, dict):
         raise TypeError("env_config is not a mapping")
+    stats = settings.get("observation_filter")
     return PolicyCheckpoint(
         path=path,
         algorithm=str(settings["algorithm"]),
@@ -168,6 +172,7 @@ def _from_settings(path: Path, settings: dict[str, Any], trust: bool) -> PolicyC
         clip_actions=bool(settings["clip_actions"]),
         training_iteration=None if iteration is None else int(iteration),
         trusted=trust,
+        observation_filter=None if stats is None else ObservationStats.from_json(stats),
     )
 
 

@@ -57,6 +57,7 @@ def policy_module(
         normalize_actions=checkpoint.normalize_actions,
         clip_actions=checkpoint.clip_actions,
         deterministic=deterministic,
+        observation_filter=checkpoint.observation_filter,
     ).eval()
 
 

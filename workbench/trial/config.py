@@ -21,6 +21,7 @@ from workbench.trial.lean_learner import (
     LeanPPOTorchLearner,
     install_lean_weight_sync,
 )
+from workbench.trial.observation_filter import mean_std_filter
 
 # The learner class of each algorithm in LEAN_LEARNER_ALGORITHMS.
 LEAN_LEARNERS: dict[str, type] = {"PPO": LeanPPOTorchLearner, "DQN": LeanDQNTorchLearner}
@@ -81,7 +82,9 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
     )
     apply_resources(config, resolved)
     apply_defaults(config, resolved.defaults)
-    if exp.env_runner == "fast" or (
+    if exp.env.normalize_observations:  # RLlib's runner runs its connector (resolve)
+        config.env_runners(env_to_module_connector=mean_std_filter)
+    elif exp.env_runner == "fast" or (
         exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
     ):
         config.env_runners(env_runner_cls=FastEnvRunner)

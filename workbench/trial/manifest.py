@@ -194,9 +194,13 @@ def restore_choice(requested: Path) -> RestoreChoice:
     return RestoreChoice(path, progress, note)
 
 
-def policy_settings(config: Any, training_iteration: int | None) -> dict[str, Any] | None:
+def policy_settings(
+    config: Any, training_iteration: int | None, *, observation_filter: Any = None
+) -> dict[str, Any] | None:
     """What acting with the policy needs, from the AlgorithmConfig, as JSON (None when
-    the env is not a registered id or its settings are not plain data)."""
+    the env is not a registered id or its settings are not plain data); with
+    ``observation_filter`` (an ObservationStats) the statistics its observations go
+    through first."""
     env = getattr(config, "env", None)
     if not isinstance(env, str):
         return None
@@ -212,4 +216,5 @@ def policy_settings(config: Any, training_iteration: int | None) -> dict[str, An
         "normalize_actions": bool(config.normalize_actions),
         "clip_actions": bool(config.clip_actions),
         "training_iteration": training_iteration,
+        "observation_filter": None if observation_filter is None else observation_filter.to_json(),
     }

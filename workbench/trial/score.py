@@ -54,6 +54,7 @@ from workbench.names import (
     SCORE_METRIC,
     SCORE_STD_METRIC,
 )
+from workbench.trial.observation_filter import ObservationStats
 from workbench.trial.rollout import Policy, rollout, torch_actor
 
 # The window's default: the mean of 20 episodes has a fifth of one episode's variance
@@ -227,19 +228,22 @@ def evaluate_module(
     normalize_actions: bool,
     clip_actions: bool,
     settings: ScoreSettings,
+    observation_filter: ObservationStats | None = None,
 ) -> dict[str, float]:
     """The module's policy over ``settings.eval_episodes`` episodes (episode k reset with
     seed ``eval_seed + k``, all of them at once on one vector env), as eval/* metrics.
 
     Torch's global random stream is forked: a stochastic evaluation draws the same
     actions for the same weights, and the trial's training draws what it would have
-    drawn without the evaluation."""
+    drawn without the evaluation. ``observation_filter``: the statistics the trial's
+    MeanStdFilter has now (env.normalize_observations), applied, not updated."""
     policy = Policy(
         module,
         module.action_space,
         normalize_actions=normalize_actions,
         clip_actions=clip_actions,
         deterministic=settings.deterministic,
+        observation_filter=observation_filter,
     )
     episodes = settings.eval_episodes
     start = time.perf_counter()

@@ -25,6 +25,7 @@ from workbench.trial.manifest import (
     restore_choice,
     write_manifest,
 )
+from workbench.trial.observation_filter import runner_stats
 from workbench.trial.score import (
     ScoreSettings,
     ScoreWindow,
@@ -147,7 +148,9 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             self.score_window.save(Path(checkpoint_dir))
             write_manifest(
                 Path(checkpoint_dir),
-                policy=policy_settings(self.config, self.iteration),
+                policy=policy_settings(
+                    self.config, self.iteration, observation_filter=runner_stats(self.env_runner)
+                ),
                 progress={
                     "training_iteration": self.iteration,
                     "time_total_s": self._time_total,
@@ -228,6 +231,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 normalize_actions=bool(config.normalize_actions),
                 clip_actions=bool(config.clip_actions),
                 settings=self.score_settings,
+                observation_filter=runner_stats(self.env_runner),
             )
 
     Seeded.__name__ = Seeded.__qualname__ = algo_class.__name__

@@ -1,0 +1,113 @@
+"""Observation normalisation (``env.normalize_observations``): RLlib's ``MeanStdFilter``
+env-to-module connector while a trial trains, and the same transform, with the statistics
+it had learnt, wherever the policy acts outside RLlib's env runner.
+
+While training, RLlib's connector keeps a running mean and standard deviation of every
+observation it passes on and hands the module ``clip((obs - mean) / (std + 1e-6), -10, 10)``.
+Its statistics are part of the env runner's state: the algorithm's checkpoint holds them,
+a PBT exploit restores the donor's with its weights, and remote runners' are merged and
+sent back by RLlib every iteration. A policy from a checkpoint that is played without them
+sees observations on another scale than it was trained on, so the workbench writes them
+into each checkpoint's manifest as plain numbers (`ObservationStats`), and `Policy`
+(workbench.trial.rollout) applies them before the module: `workbench eval`, videos, the
+exported TorchScript/ONNX policy and the MLflow model, and a trial's own evaluation before
+a confirmed stop (with the statistics of that moment, not updated by the evaluation).
+
+The statistics go with the policy: a deterministic function of the observation, which is
+what RLlib's runner computes at that moment with ``update_stats`` off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ray.rllib.connectors.env_to_module.mean_std_filter import MeanStdFilter
+from ray.rllib.utils.numpy import SMALL_NUMBER
+
+CLIP = 10.0  # RLlib's default clip_by_value
+
+
+def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> MeanStdFilter:
+    """The env-to-module connector of a trial with ``env.normalize_observations``
+    (AlgorithmConfig.env_runners(env_to_module_connector=...) calls it per runner)."""
+    return MeanStdFilter(multi_agent=False, clip_by_value=CLIP)
+
+
+@dataclass(frozen=True)
+class ObservationStats:
+    """A MeanStdFilter's statistics, as the policy applies them: ``mean`` and ``std`` per
+    observation element (flat, in the observation's order), ``clip`` (None: no clip)."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    clip: float | None
+    count: int  # observations seen
+
+    def apply(self, obs: np.ndarray) -> np.ndarray:
+        """What the connector hands the module for ``obs`` (a batch, or one observation),
+        in RLlib's arithmetic: the float64 mean, the float32 std, float32 out."""
+        x = np.asarray(obs, dtype=np.float32)
+        mean = np.asarray(self.mean, dtype=np.float64)
+        scale = np.asarray(self.std, dtype=np.float32) + np.float32(SMALL_NUMBER)
+        out = (x.reshape(-1, mean.size) - mean) / scale
+        if self.clip:
+            out = np.clip(out, -self.clip, self.clip)
+        return out.astype(np.float32).reshape(x.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "mean_std",
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "clip": self.clip,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> ObservationStats:
+        """From a manifest. Raises ValueError (TypeError, KeyError) when it is not one."""
+        if not isinstance(data, dict) or data.get("type") != "mean_std":
+            raise ValueError(f"an observation filter of an unknown kind: {data!r}")
+        mean = tuple(float(v) for v in data["mean"])
+        std = tuple(float(v) for v in data["std"])
+        if not mean or len(mean) != len(std):
+            raise ValueError("the observation filter's mean and std differ in length")
+        if not all(np.isfinite(mean)) or not all(np.isfinite(std)) or min(std) < 0:
+            raise ValueError("the observation filter's statistics are not finite")
+        clip = data.get("clip")
+        return cls(mean, std, None if clip is None else float(clip), int(data.get("count", 0)))
+
+
+def find_filter(env_runner: Any) -> MeanStdFilter | None:
+    """The MeanStdFilter of an env runner's env-to-module pipeline, or None."""
+    pipeline = getattr(env_runner, "_env_to_module", None)
+    for connector in getattr(pipeline, "connectors", None) or []:
+        if isinstance(connector, MeanStdFilter):
+            return connector
+    return None
+
+
+def runner_stats(env_runner: Any) -> ObservationStats | None:
+    """The statistics an env runner's MeanStdFilter holds now (None without one). A Box
+    observation only: the filter leaves Discrete ones as they are, and the workbench's
+    policies act on Box and Discrete observations."""
+    connector = find_filter(env_runner)
+    if connector is None:
+        return None
+    state: dict[Any, Any] = connector.get_state()  # {agent id (None): its filter's}
+    agent = next(iter(state.values()), None)
+    if not agent or len(agent["running_stats"]) != 1:
+        return None  # a Dict/Tuple observation: nothing the policy's one tensor takes
+    filters = connector._filters or {}
+    running = next(iter(filters.values())).running_stats
+    mean = np.asarray(running.mean, dtype=np.float64).reshape(-1)
+    std = np.asarray(running.std, dtype=np.float64).reshape(-1)
+    clip = agent["clip_by_value"]
+    return ObservationStats(
+        mean=tuple(float(v) for v in mean),
+        std=tuple(float(v) for v in std),
+        clip=None if not clip else float(clip),
+        count=int(running.num_pushes),
+    )
