@@ -112,3 +112,31 @@ def test_a_normalising_trials_policy_acts_the_same_in_and_out_of_training(
         assert runner_stats(again.env_runner) == stats
     finally:
         again.stop()
+
+
+def test_a_trial_with_remote_runners_checkpoints_their_merged_statistics(
+    local_ray: None, tmp_path: Path
+) -> None:
+    # The runners normalise in their own processes; RLlib merges their statistics into
+    # the trial's own runner each iteration, and that is what the checkpoint must say.
+    data = tiny_ppo(
+        tmp_path,
+        env={"id": ENV, "normalize_observations": True},
+        training={"train_batch_size_per_learner": 256, "minibatch_size": 128, "num_epochs": 1},
+        resources={
+            "cpus_main": 0.5,
+            "cpus_per_learner": 0.5,
+            "env_runners": {"count": 1, "envs_per_runner": 4, "cpus_each": 0.5},
+        },
+    )
+    config = build_config(load_and_resolve(write_experiment(tmp_path, data)))
+    trainable = seeded_trainable(config.algo_class)(config=config)
+    try:
+        trainable.train()
+        trainable.train()
+        stats = runner_stats(trainable)
+        assert stats is not None and stats.count >= 512  # sampled remotely, merged here
+        saved = Path(trainable.save(str(tmp_path / "ckpt")).checkpoint.path)
+        assert read_checkpoint(saved).observation_filter == stats
+    finally:
+        trainable.stop()

@@ -80,20 +80,29 @@ class ObservationStats:
         return cls(mean, std, None if clip is None else float(clip), int(data.get("count", 0)))
 
 
-def find_filter(env_runner: Any) -> MeanStdFilter | None:
-    """The MeanStdFilter of an env runner's env-to-module pipeline, or None."""
-    pipeline = getattr(env_runner, "_env_to_module", None)
-    for connector in getattr(pipeline, "connectors", None) or []:
-        if isinstance(connector, MeanStdFilter):
-            return connector
+def find_filter(holder: Any) -> MeanStdFilter | None:
+    """The MeanStdFilter of an env runner's env-to-module pipeline, or of an algorithm's
+    (its local env runner's, or without one the pipeline RLlib keeps on the algorithm and
+    syncs the remote runners' merged statistics into), or None."""
+    runner = getattr(holder, "env_runner", None)
+    if runner is not None and runner is not holder:
+        found = find_filter(runner)
+        if found is not None:
+            return found
+    for name in ("_env_to_module", "env_to_module_connector"):
+        pipeline = getattr(holder, name, None)
+        for connector in getattr(pipeline, "connectors", None) or []:
+            if isinstance(connector, MeanStdFilter):
+                return connector
     return None
 
 
-def runner_stats(env_runner: Any) -> ObservationStats | None:
-    """The statistics an env runner's MeanStdFilter holds now (None without one). A Box
+def runner_stats(holder: Any) -> ObservationStats | None:
+    """The statistics the MeanStdFilter of an env runner or algorithm (`find_filter`)
+    holds now (None without one). A Box
     observation only: the filter leaves Discrete ones as they are, and the workbench's
     policies act on Box and Discrete observations."""
-    connector = find_filter(env_runner)
+    connector = find_filter(holder)
     if connector is None:
         return None
     state: dict[Any, Any] = connector.get_state()  # {agent id (None): its filter's}

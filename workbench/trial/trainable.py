@@ -149,7 +149,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             write_manifest(
                 Path(checkpoint_dir),
                 policy=policy_settings(
-                    self.config, self.iteration, observation_filter=runner_stats(self.env_runner)
+                    self.config, self.iteration, observation_filter=runner_stats(self)
                 ),
                 progress={
                     "training_iteration": self.iteration,
@@ -231,7 +231,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 normalize_actions=bool(config.normalize_actions),
                 clip_actions=bool(config.clip_actions),
                 settings=self.score_settings,
-                observation_filter=runner_stats(self.env_runner),
+                observation_filter=runner_stats(self),
             )
 
     Seeded.__name__ = Seeded.__qualname__ = algo_class.__name__
