@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -17,7 +19,7 @@ from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import algorithm_config
 from workbench.trial.fast_runner import FastEnvRunner
-from workbench.trial.observation_filter import ObservationStats, mean_std_filter
+from workbench.trial.observation_filter import ObservationStats, mean_std_filter, runner_stats
 
 
 def _experiment(tmp_path: Path, **fields: Any) -> Path:
@@ -72,3 +74,27 @@ def test_the_statistics_are_rllibs_arithmetic_and_round_trip_as_json() -> None:
 def test_a_manifest_filter_that_is_not_one_is_refused(data: Any) -> None:
     with pytest.raises(ValueError):
         ObservationStats.from_json(data)
+
+
+def _holding(connector: Any) -> Any:
+    return SimpleNamespace(_env_to_module=SimpleNamespace(connectors=[connector]))
+
+
+def test_a_discrete_observation_is_refused_with_the_field_to_change() -> None:
+    # RLlib's own filter fails on it ("Use () not None as shape arguments").
+    env = SimpleNamespace(single_observation_space=gym.spaces.Discrete(5))
+    with pytest.raises(ValueError, match="normalize_observations: true needs a Box"):
+        mean_std_filter(env)
+    connector = mean_std_filter()
+    connector.input_observation_space = gym.spaces.Discrete(5)
+    connector.input_action_space = gym.spaces.Discrete(2)
+    assert runner_stats(_holding(connector)) is None
+
+
+def test_a_box_filter_before_any_sample_has_its_first_statistics() -> None:
+    connector = mean_std_filter()
+    connector.input_observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    connector.input_action_space = gym.spaces.Discrete(2)
+    stats = runner_stats(_holding(connector))
+    assert stats == ObservationStats((0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 10.0, 0)
+    assert runner_stats(SimpleNamespace()) is None  # no filter at all

@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from ray.rllib.connectors.env_to_module.mean_std_filter import MeanStdFilter
+from ray.rllib.utils.filter import RunningStat
 from ray.rllib.utils.numpy import SMALL_NUMBER
 
 CLIP = 10.0  # RLlib's default clip_by_value
@@ -31,7 +33,18 @@ CLIP = 10.0  # RLlib's default clip_by_value
 
 def mean_std_filter(env: Any = None, spaces: Any = None, device: Any = None) -> MeanStdFilter:
     """The env-to-module connector of a trial with ``env.normalize_observations``
-    (AlgorithmConfig.env_runners(env_to_module_connector=...) calls it per runner)."""
+    (AlgorithmConfig.env_runners(env_to_module_connector=...) calls it per runner).
+
+    Raises ValueError for an observation space that is not a Box: RLlib's filter would
+    fail on a Discrete one with "Use () not None as shape arguments"."""
+    space = getattr(env, "single_observation_space", None) or getattr(
+        env, "observation_space", None
+    )
+    if space is not None and not isinstance(space, gym.spaces.Box):
+        raise ValueError(
+            f"env.normalize_observations: true needs a Box observation space; this env's is "
+            f"{space}. Set it to false for this env"
+        )
     return MeanStdFilter(multi_agent=False, clip_by_value=CLIP)
 
 
@@ -99,21 +112,22 @@ def find_filter(holder: Any) -> MeanStdFilter | None:
 
 def runner_stats(holder: Any) -> ObservationStats | None:
     """The statistics the MeanStdFilter of an env runner or algorithm (`find_filter`)
-    holds now (None without one). A Box
-    observation only: the filter leaves Discrete ones as they are, and the workbench's
-    policies act on Box and Discrete observations."""
+    holds now; None without one, or for an observation that is not a Box (which
+    `mean_std_filter` refuses to normalise)."""
     connector = find_filter(holder)
     if connector is None:
         return None
-    state: dict[Any, Any] = connector.get_state()  # {agent id (None): its filter's}
-    agent = next(iter(state.values()), None)
-    if not agent or len(agent["running_stats"]) != 1:
-        return None  # a Dict/Tuple observation: nothing the policy's one tensor takes
-    filters = connector._filters or {}
-    running = next(iter(filters.values())).running_stats
+    try:
+        connector.get_state()  # builds the filters on first use, as sampling would
+    except (AttributeError, TypeError):
+        return None  # not a Box observation (`mean_std_filter` refuses those)
+    agent_filter = next(iter((connector._filters or {}).values()), None)
+    running = getattr(agent_filter, "running_stats", None)
+    if not isinstance(running, RunningStat):
+        return None
     mean = np.asarray(running.mean, dtype=np.float64).reshape(-1)
     std = np.asarray(running.std, dtype=np.float64).reshape(-1)
-    clip = agent["clip_by_value"]
+    clip = agent_filter.clip  # type: ignore[union-attr]
     return ObservationStats(
         mean=tuple(float(v) for v in mean),
         std=tuple(float(v) for v in std),
