@@ -295,6 +295,8 @@ def run_once(
     if finals:
         run.best_member = max(finals, key=lambda n: finals[n])
         run.best_eval = evals[run.best_member]
+    else:  # chosen by its score, as a user would: none to choose by (no episode ended)
+        print("  no member had a training score at its end: no best member", flush=True)
     if evals:
         run.median_eval = statistics.median(evals.values())
     run.exploits, run.exploit_notes = _lineage(results_dir)
