@@ -24,6 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 from ray.rllib.connectors.env_to_module.mean_std_filter import MeanStdFilter
 from ray.rllib.utils.filter import RunningStat
 from ray.rllib.utils.numpy import SMALL_NUMBER
@@ -58,17 +59,6 @@ class ObservationStats:
     clip: float | None
     count: int  # observations seen
 
-    def apply(self, obs: np.ndarray) -> np.ndarray:
-        """What the connector hands the module for ``obs`` (a batch, or one observation),
-        in RLlib's arithmetic: the float64 mean, the float32 std, float32 out."""
-        x = np.asarray(obs, dtype=np.float32)
-        mean = np.asarray(self.mean, dtype=np.float64)
-        scale = np.asarray(self.std, dtype=np.float32) + np.float32(SMALL_NUMBER)
-        out = (x.reshape(-1, mean.size) - mean) / scale
-        if self.clip:
-            out = np.clip(out, -self.clip, self.clip)
-        return out.astype(np.float32).reshape(x.shape)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "type": "mean_std",
@@ -91,6 +81,28 @@ class ObservationStats:
             raise ValueError("the observation filter's statistics are not finite")
         clip = data.get("clip")
         return cls(mean, std, None if clip is None else float(clip), int(data.get("count", 0)))
+
+
+class Normalize(torch.nn.Module):
+    """The filter at inference, with fixed statistics: what RLlib's connector hands the
+    module for a batch of observations, in its arithmetic (float64 mean, float32 std +
+    1e-6, clipped, float32 out). `Policy` (workbench.trial.rollout) runs it first."""
+
+    mean: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, stats: ObservationStats) -> None:
+        super().__init__()
+        self.clip = float(stats.clip or 0.0)
+        self.register_buffer("mean", torch.tensor(stats.mean, dtype=torch.float64))
+        scale = np.asarray(stats.std, dtype=np.float32) + np.float32(SMALL_NUMBER)
+        self.register_buffer("scale", torch.as_tensor(scale.astype(np.float64)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = (obs.to(torch.float64) - self.mean) / self.scale
+        if self.clip:
+            x = torch.clamp(x, -self.clip, self.clip)
+        return x.to(torch.float32)
 
 
 def find_filter(holder: Any) -> MeanStdFilter | None:

@@ -15,11 +15,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
-from ray.rllib.utils.numpy import SMALL_NUMBER
 
 import sim_ext  # noqa: F401  (registers the sim_ext ids)
 from workbench.errors import ExperimentError
-from workbench.trial.observation_filter import ObservationStats
+from workbench.trial.observation_filter import Normalize, ObservationStats
 
 # Episodes still running after this many steps mean the env has no time limit.
 MAX_EPISODE_STEPS = 100_000
@@ -40,8 +39,6 @@ class Policy(torch.nn.Module):
 
     low: torch.Tensor
     high: torch.Tensor
-    obs_mean: torch.Tensor
-    obs_scale: torch.Tensor
 
     def __init__(
         self,
@@ -55,14 +52,8 @@ class Policy(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.module = module
-        # RLlib's MeanStdFilter at inference (env.normalize_observations), in its own
-        # arithmetic: (obs - float64 mean) / (float32 std + 1e-6), clipped, as float32.
-        self.filter_obs = observation_filter is not None
-        stats = observation_filter or ObservationStats((0.0,), (1.0,), None, 0)
-        self.obs_clip = float(stats.clip or 0.0)
-        self.register_buffer("obs_mean", torch.tensor(stats.mean, dtype=torch.float64))
-        scale = np.asarray(stats.std, dtype=np.float32) + np.float32(SMALL_NUMBER)
-        self.register_buffer("obs_scale", torch.as_tensor(scale, dtype=torch.float32))
+        # RLlib's MeanStdFilter at inference (env.normalize_observations).
+        self.normalize = None if observation_filter is None else Normalize(observation_filter)
         self.dist_class = module.get_inference_action_dist_cls()
         self.deterministic = deterministic
         self.to_env = "none"
@@ -77,11 +68,8 @@ class Policy(torch.nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.filter_obs:
-            x = (obs.to(torch.float64) - self.obs_mean) / self.obs_scale.to(torch.float64)
-            if self.obs_clip:
-                x = torch.clamp(x, -self.obs_clip, self.obs_clip)
-            obs = x.to(torch.float32)
+        if self.normalize is not None:
+            obs = self.normalize(obs)
         out = self.module.forward_inference({Columns.OBS: obs})
         if Columns.ACTIONS in out:
             actions: torch.Tensor = out[Columns.ACTIONS]
