@@ -238,7 +238,8 @@ def _lineage(results_dir: Path) -> tuple[int, list[str]]:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     notes = [
         f"{r.get('target_name', r['target'])} <- {r.get('source_name', r['source'])} at "
-        f"{r.get('exploit_iteration', r['target_iteration'])} (restart "
+        f"{r.get('exploit_iteration', r['target_iteration'])} (donor scored at "
+        f"{r.get('source_score_iteration', '?')}, restart "
         f"{r.get('restored_iteration', r.get('checkpoint_iteration'))})"
         for r in records
     ]

@@ -82,7 +82,8 @@ def exploit_spacing_problems(records: list[LineageRecord], interval: int) -> lis
     """What breaks "at most one exploit per interval per trial" in a lineage, one line
     each: per target, in the order of the exploits (``seq``),
     - the donor's checkpoint is at most one interval older than the iteration the
-      exploit was decided at;
+      exploit was decided at, and no older than the donor's score (where the record
+      says which iteration that is from);
     - the target trained a full interval from its last restart before this exploit;
     - its restarts move forward by at least an interval (never rolled back to the same
       checkpoint, or earlier, again).
@@ -95,6 +96,12 @@ def exploit_spacing_problems(records: list[LineageRecord], interval: int) -> lis
             problems.append(
                 f"{where}: decided at {record.stopped_at} on a checkpoint of "
                 f"{record.restored_from}, more than {interval} old"
+            )
+        scored = record.source_score_iteration
+        if scored is not None and record.restored_from < scored:
+            problems.append(
+                f"{where}: restarted from the donor's checkpoint of {record.restored_from}, "
+                f"older than its score of {scored}"
             )
         before = previous.get(record.target)
         if before is not None:

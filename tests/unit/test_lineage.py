@@ -50,6 +50,8 @@ def test_a_record_round_trips_through_jsonl(tmp_path: Path) -> None:
         "exploit_iteration": 9,
         "restored_iteration": 7,
         "checkpoint_iteration": 7,
+        # The donor's score is from its iteration 7: the checkpoint is as new.
+        "source_score_iteration": 7,
     }
     path = tmp_path / "lineage.jsonl"
     path.write_text(json.dumps(line) + "\n" + json.dumps(RECORDS[1].to_dict()) + "\n")

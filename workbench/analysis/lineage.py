@@ -61,10 +61,13 @@ class LineageRecord:
     # PBT handed over, and the iteration the target actually continued from (seen in
     # its next result). source_iteration mirrors Tune's file, which reads the donor's
     # last result before Tune updates it: the donor whose result triggered the decision
-    # shows the iteration before.
+    # shows the iteration before. source_score_iteration is the iteration of the donor's
+    # result its score (the one that made it the donor) is from: the checkpoint handed
+    # over is never older (workbench.run.schedulers.donor_allowed).
     exploit_iteration: int | None = None
     restored_iteration: int | None = None
     checkpoint_iteration: int | None = None
+    source_score_iteration: int | None = None
 
     @property
     def stopped_at(self) -> int:
@@ -104,6 +107,7 @@ class LineageRecord:
                 exploit_iteration=_optional_int(data.get("exploit_iteration")),
                 restored_iteration=_optional_int(data.get("restored_iteration")),
                 checkpoint_iteration=_optional_int(data.get("checkpoint_iteration")),
+                source_score_iteration=_optional_int(data.get("source_score_iteration")),
             )
         except (TypeError, ValueError) as err:
             raise ValueError(f"bad lineage record: {err}") from err
@@ -125,6 +129,7 @@ class LineageRecord:
             "exploit_iteration": self.exploit_iteration,
             "restored_iteration": self.restored_iteration,
             "checkpoint_iteration": self.checkpoint_iteration,
+            "source_score_iteration": self.source_score_iteration,
         }
 
 

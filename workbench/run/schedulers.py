@@ -109,6 +109,8 @@ class ExploitRecorder:
             # The iteration of the donor checkpoint the target restarts from, as PBT
             # holds it (the tracker's restored_iteration is what the target showed next).
             "checkpoint_iteration": int((new_state.last_result or {}).get(TIME_ATTR, 0)),
+            # The iteration of the donor's result its score is from.
+            "source_score_iteration": int(new_state.last_train_time),
             "old": pick(trial.config),
             "donor": pick(trial_to_clone.config),
             "new": pick(new_config),
@@ -323,28 +325,34 @@ class NoIdlePause:
 def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) -> bool:
     """Whether a trial which last restarted from a checkpoint of iteration ``start`` (0:
     never) may restart from the checkpoint of iteration ``checkpoint_at`` of a donor
-    whose last decision was at iteration ``now`` (the donor's own clock: trials that
-    run at once are not in step, a late starter is iterations behind).
+    whose last decision, the one its score is from, was at iteration ``now`` (the
+    donor's own clock: trials that run at once are not in step, a late starter is
+    iterations behind).
 
-    The checkpoint must be at most one perturbation interval older than the donor's
-    last decision (it is what the donor's score describes) and lie at least a full
-    interval beyond the trial's own new start: the trial is never rolled back into, or
-    before, the interval it has just trained from its last exploit. Without the second
-    rule an async population of 2 thrashed: the weaker trial restarted from the donor's
-    checkpoint, trained its interval, ranked below the donor's score of that same
-    checkpoint, and restarted from it again, 16 times in a row, while the donor
-    (paused, and tied with it on Tune's fair-share clock) never ran.
+    The checkpoint must be no older than the donor's score: a checkpoint from before it
+    holds weights that have not learnt from the episodes the score counts. On
+    MountainCar, with 999-step episodes ending about every 8 iterations, a checkpoint one
+    interval older than the score was from before the first episode that reached the
+    flag, so every exploit copied a member that had not found it, with an empty score
+    window. And it must lie at least a full interval beyond the trial's own new start:
+    the trial is never rolled back into, or before, the interval it has just trained
+    from its last exploit. Without that rule an async population of 2 thrashed: the
+    weaker trial restarted from the donor's checkpoint, trained its interval, ranked
+    below the donor's score of that same checkpoint, and restarted from it again, 16
+    times in a row, while the donor (paused, and tied with it on Tune's fair-share
+    clock) never ran.
     """
-    return checkpoint_at >= now - interval and checkpoint_at >= start + interval
+    return checkpoint_at >= now and checkpoint_at >= start + interval
 
 
 class FreshExploits:
     """Mixin for PBT and PB2: exploits that never thrash.
 
     - A donor is chosen only among the upper quantile's trials that score strictly
-      better and whose checkpoint (PBT's, else its newest periodic one)
-      ``donor_allowed`` accepts; with none, the trial trains on (Tune would pick one
-      at random and, without a checkpoint, skip the exploit).
+      better and whose checkpoint (PBT's, else its newest periodic one, else one it is
+      asked to save now if it runs) ``donor_allowed`` accepts: no older than the
+      donor's score; with none, the trial trains on (Tune would pick one at random
+      and, without a checkpoint, skip the exploit).
     - An exploited trial's new start is the donor checkpoint's iteration: its next
       decision is a full interval after it (Tune copies the donor's clock, which is
       the same for the checkpoints Tune holds; stated here, not assumed), and until
@@ -365,38 +373,53 @@ class FreshExploits:
     ) -> None:
         if trial in lower_quantile:
             state = self._trial_state[trial]
+            start = int(getattr(state, "workbench_start", 0) or 0)
+            interval = int(self._perturbation_interval)
             donors = []
             for donor in upper_quantile:
                 donor_state = self._trial_state[donor]
+                # A tie is no evidence: a trial whose score equals the donor's (its
+                # copied window, no episode ended since) is not cloned over again.
+                if not donor_state.last_score > state.last_score:
+                    continue
+                now = int(donor_state.last_train_time)
                 checkpoint_at = self._donor_checkpoint_at(donor)
-                if (
-                    checkpoint_at is not None
-                    # A tie is no evidence: a trial whose score equals the donor's (its
-                    # copied window, no episode ended since) is not cloned over again.
-                    and donor_state.last_score > state.last_score
-                    and donor_allowed(
-                        now=int(donor_state.last_train_time),
-                        start=int(getattr(state, "workbench_start", 0) or 0),
-                        checkpoint_at=checkpoint_at,
-                        interval=int(self._perturbation_interval),
-                    )
+                if checkpoint_at is not None and donor_allowed(
+                    now=now, start=start, checkpoint_at=checkpoint_at, interval=interval
                 ):
-                    self._offer_periodic_checkpoint(donor)
-                    donors.append(donor)
-            if not donors:
+                    donors.append((donor, False))
+                elif donor_allowed(now=now, start=start, checkpoint_at=now, interval=interval):
+                    # Its checkpoint predates its score; a save now would not.
+                    donors.append((donor, True))
+            chosen = self._choose_donor(tune_controller, donors)
+            if chosen is None:
                 logger.info(
                     "[pbt] %s trains on at iteration %s: no donor scores better with a "
-                    "checkpoint at most one interval old and a full interval past its last "
+                    "checkpoint as new as its score and a full interval past its last "
                     "start",
                     trial,
                     state.last_train_time,
                 )
                 lower_quantile = [t for t in lower_quantile if t is not trial]
             else:
-                upper_quantile = donors
+                upper_quantile = [chosen]
         super()._checkpoint_or_exploit(  # type: ignore[misc]
             trial, tune_controller, upper_quantile, lower_quantile
         )
+
+    def _choose_donor(self, tune_controller: Any, donors: list[tuple[Any, bool]]) -> Any:
+        """One of ``donors`` (trial, whether it must save first) at random, as Tune picks
+        one of the upper quantile, with its checkpoint in PBT's state; None if none can
+        give one. A donor is asked to save only once it is the one chosen."""
+        donors = list(donors)
+        while donors:
+            donor, must_save = donors.pop(random.randrange(len(donors)))
+            if not must_save:
+                self._offer_periodic_checkpoint(donor)
+                return donor
+            if self._save_donor_now(tune_controller, donor):
+                return donor
+        return None
 
     def _donor_checkpoint_at(self, donor: Any) -> int | None:
         """The iteration of the checkpoint ``donor`` would be cloned from: the one PBT
@@ -424,6 +447,22 @@ class FreshExploits:
             latest = donor.latest_checkpoint_result
             donor_state.last_checkpoint = latest.checkpoint
             donor_state.last_result = dict(latest.metrics)
+
+    def _save_donor_now(self, tune_controller: Any, donor: Any) -> bool:
+        """Asks a running ``donor`` to save, as Tune's PBT asks a trial of the upper
+        quantile at its own decision; the save is of its weights now, no older than its
+        score. PBT waits for it before it clones (Tune's ``_FutureTrainingResult``), and
+        takes the iteration it was saved at from the save's result. False when the donor
+        has no process to save from (paused, pending, stopping)."""
+        controller = controller_of(tune_controller)
+        schedule = getattr(controller, "_schedule_trial_save", None)
+        if schedule is None or getattr(donor, "status", None) != Trial.RUNNING:
+            return False
+        future = schedule(donor)
+        if future is None:
+            return False
+        self._trial_state[donor].last_checkpoint = future
+        return True
 
     def _exploit(self, tune_controller: Any, trial: Any, trial_to_clone: Any) -> None:
         super()._exploit(tune_controller, trial, trial_to_clone)  # type: ignore[misc]
