@@ -21,6 +21,7 @@ from ray.tune.schedulers import (
 )
 from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
+from ray.tune.utils import flatten_dict
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config, explore
@@ -472,7 +473,21 @@ class FreshExploits:
         state.last_perturbation_time = start
         state.last_train_time = start
         state.workbench_start = start
-        state.last_score = donor.last_score
+        state.last_score = self._checkpoint_score(donor)
+
+    def _checkpoint_score(self, donor: Any) -> Any:
+        """The score of the weights the donor's checkpoint holds: that of the result it
+        was saved with (the window it carries), else the donor's last score. A save
+        asked for after the donor's decision is iterations newer than that decision's
+        score: in a MountainCar population a member whose episodes had since fallen
+        back kept the copies of its old score above its own and was cloned over with
+        its own checkpoint."""
+        metric = getattr(self, "_metric", None)
+        if metric and donor.last_result:
+            value = flatten_dict(dict(donor.last_result)).get(metric)
+            if isinstance(value, int | float) and math.isfinite(value):
+                return float(getattr(self, "_metric_op", 1.0)) * value
+        return donor.last_score
 
 
 class PopulationMixins(
