@@ -155,6 +155,9 @@ def test_the_returns_leave_the_result_they_came_in() -> None:
     }
     assert pop_returns(result) == []  # none logged this iteration
     assert pop_returns({"env_runners": {RETURNS_KEY: math.nan}}) == []  # RLlib's empty peek
+    # One episode ended: RLlib compiles the one-item series to the item itself.
+    assert pop_returns({"env_runners": {RETURNS_KEY: 21.0}}) == [21.0]
+    assert pop_returns({"env_runners": {RETURNS_KEY: np.float32(21.0)}}) == [21.0]
     assert pop_returns({}) == []
     assert nested({SCORE_METRIC: 1.0, SCORE_EPISODES_METRIC: 2.0, EVAL_RETURN_METRIC: 3.0}) == {
         "score": {"return_mean": 1.0, "episodes": 2.0},
@@ -367,3 +370,25 @@ def test_schedulers_and_searchers_rank_by_the_score(file: str) -> None:
         searcher = search_algorithm(resolved)
         inner = getattr(searcher, "searcher", searcher)  # behind a ConcurrencyLimiter
         assert inner.metric == SCORE_METRIC
+
+
+@pytest.mark.parametrize("ended", [0, 1, 2])
+def test_every_episode_rllib_gathers_reaches_the_window(ended: int) -> None:
+    """Through RLlib's own metrics: an env runner logs each ended episode's return as the
+    callback does, the algorithm aggregates the runner's metrics and compiles its result.
+    With exactly one episode the compiled value is a bare number, which the window once
+    dropped (an iteration's only episode lost from the score)."""
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    runner = MetricsLogger()
+    returns = [21.0 + i for i in range(ended)]
+    for value in returns:
+        runner.log_value(RETURNS_KEY, value, reduce="item_series")
+    algorithm = MetricsLogger()
+    algorithm.aggregate([runner.reduce()], key="env_runners")
+    result = algorithm.compile()
+    popped = pop_returns(result)
+    assert popped == returns
+    window = ScoreWindow(20)
+    window.push(popped)
+    assert window.metrics()[SCORE_EPISODES_METRIC] == ended

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -203,8 +204,13 @@ def pop_returns(result: dict[str, Any]) -> list[float]:
         evaluation[ENV_RUNNERS].pop(RETURNS_KEY, None)  # RLlib's own evaluation runners
     runners = result.get(ENV_RUNNERS)
     values = runners.pop(RETURNS_KEY, None) if isinstance(runners, dict) else None
-    if values is None or isinstance(values, float):  # an empty series peeks as NaN
+    if values is None:
         return []
+    if isinstance(values, numbers.Real):
+        # RLlib 2.60 compiles a series of one item to that item and an empty one to
+        # NaN: an iteration in which exactly one episode ended reads 21.0, not [21.0].
+        value = float(values)
+        return [] if math.isnan(value) else [value]
     return [float(v) for v in values]
 
 
