@@ -484,7 +484,7 @@ class FreshExploits:
         its own checkpoint."""
         metric = getattr(self, "_metric", None)
         if metric and donor.last_result:
-            value = flatten_dict(dict(donor.last_result)).get(metric)
+            value = flatten_dict(donor.last_result).get(metric)  # a copy: state untouched
             if isinstance(value, int | float) and math.isfinite(value):
                 return float(getattr(self, "_metric_op", 1.0)) * value
         return donor.last_score
