@@ -27,7 +27,9 @@ from ray.rllib.core.models.catalog import Catalog
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.rl_module import RLModule
 
+from workbench.analysis.lineage import LineageRecord, read_jsonl
 from workbench.errors import ExperimentError
+from workbench.names import LINEAGE_FILE
 from workbench.trial.manifest import MANIFEST_FILE, Candidate, choose, problem, read_manifest
 from workbench.trial.observation_filter import ObservationStats
 
@@ -105,16 +107,88 @@ def newest_checkpoint(checkpoints: list[Path]) -> Path:
     return checkpoints[chosen.index] if chosen is not None else checkpoints[-1]
 
 
+def _saved_at_iteration(checkpoint: Path) -> int | None:
+    """The Tune iteration a workbench checkpoint was saved at, from its manifest."""
+    try:
+        manifest = read_manifest(checkpoint)
+    except ValueError:
+        return None
+    settings = (manifest or {}).get("policy")
+    value = settings.get("training_iteration") if isinstance(settings, dict) else None
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _written_at(checkpoint: Path) -> float:
+    """When a checkpoint was written: its manifest's time, written last (else the folder's)."""
+    manifest = checkpoint / MANIFEST_FILE
+    return (manifest if manifest.is_file() else checkpoint).stat().st_mtime
+
+
+def _last_exploit_into(trial_dir: Path) -> LineageRecord | None:
+    lineage = trial_dir.parent / LINEAGE_FILE
+    if not lineage.is_file():
+        return None
+    try:
+        records = read_jsonl(lineage)
+    except (OSError, ValueError):
+        return None
+    mine = [record for record in records if record.target_name == trial_dir.name]
+    return max(mine, key=lambda record: (record.seq, record.time)) if mine else None
+
+
+def handed_checkpoint(trial_dir: Path) -> Path | None:
+    """The donor checkpoint a PBT exploit handed the trial of ``trial_dir`` when the run
+    ended before the trial trained from it (None: its own checkpoints hold its policy).
+
+    An exploited trial restarts from the donor's checkpoint and saves its next ones in its
+    own folder. Cut off first (the population's env-step budget or wall time ran out, the
+    run was stopped), the weights it holds are the donor's, while its folder's newest
+    checkpoint is a policy it had before the exploit: a shoot-out evaluated such a member
+    of a LunarLander population on its iteration-4 policy although it held the best
+    member's iteration-8 one. The lineage says so: the tracker writes the exploit with no
+    ``restored_iteration`` when the trial never reported after it. The donor's checkpoint
+    is the one of the iteration PBT handed over, written before the exploit (a donor
+    rewound by an exploit of its own can save that iteration again later)."""
+    record = _last_exploit_into(trial_dir)
+    if record is None or record.restored_iteration is not None:
+        return None
+    if record.checkpoint_iteration is None:
+        return None
+    own = trial_checkpoints(trial_dir)
+    if own and _written_at(own[-1]) > record.time:
+        return None  # it saved after the exploit: it did train from it
+    handed = [
+        checkpoint
+        for checkpoint in trial_checkpoints(trial_dir.parent / record.source_name)
+        if _saved_at_iteration(checkpoint) == record.checkpoint_iteration
+        and _written_at(checkpoint) <= record.time
+        and problem(checkpoint) is None
+    ]
+    return handed[-1] if handed else None
+
+
+def final_checkpoint(trial_dir: Path) -> Path | None:
+    """The checkpoint of the policy the trial of ``trial_dir`` held at its end: the one its
+    last exploit handed it if it never trained from it (`handed_checkpoint`), else the
+    newest intact one of its own; None if it has neither."""
+    handed = handed_checkpoint(trial_dir)
+    if handed is not None:
+        return handed
+    checkpoints = trial_checkpoints(trial_dir)
+    return newest_checkpoint(checkpoints) if checkpoints else None
+
+
 def find_checkpoint(path: Path) -> Path:
-    """``path`` if it is a checkpoint, else the newest intact checkpoint of the trial folder."""
+    """``path`` if it is a checkpoint, else the checkpoint of the policy the trial folder's
+    trial held at its end (`final_checkpoint`)."""
     path = path.expanduser()
     if is_checkpoint(path):
         return path.resolve()
     if not path.exists():
         raise ExperimentError.single(str(path), "", f"does not exist; {_WHAT_IS_VALID}")
-    checkpoints = trial_checkpoints(path)
-    if checkpoints:
-        return newest_checkpoint(checkpoints).resolve()
+    final = final_checkpoint(path)
+    if final is not None:
+        return final.resolve()
     if path.is_dir() and (path / "params.json").is_file():
         raise ExperimentError.single(
             str(path),

@@ -26,10 +26,10 @@ from workbench.policy.checkpoint import (
     _WHAT_IS_VALID,
     PolicyCheckpoint,
     check_env,
+    final_checkpoint,
     find_checkpoint,
-    newest_checkpoint,
+    is_checkpoint,
     read_checkpoint,
-    trial_checkpoints,
 )
 from workbench.policy.evaluate import Evaluation, evaluate_checkpoint, parse_env_config
 from workbench.tracking.location import results_dir_of, results_dir_tag, sqlite_file
@@ -52,8 +52,14 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     path = Path(ref).expanduser()
     if path.exists():
         checkpoint = find_checkpoint(path)
-        uri, run_id, why = _run_of_trial_dir(checkpoint.parent, store)
-        return PolicySource(checkpoint, str(checkpoint), uri, run_id, why)
+        # A trial folder's policy may lie in a donor's folder (handed_checkpoint): the
+        # evaluation still belongs to the trial asked for.
+        trial_dir = checkpoint.parent if is_checkpoint(path) else path.resolve()
+        uri, run_id, why = _run_of_trial_dir(trial_dir, store)
+        label = str(checkpoint)
+        if checkpoint.parent != trial_dir:
+            label += f" (handed to {trial_dir.name} by its last exploit, as the run ended)"
+        return PolicySource(checkpoint, label, uri, run_id, why)
     if "/" in ref or ref.startswith("."):
         raise ExperimentError.single(ref, "", f"no such folder; {_WHAT_IS_VALID}")
     uri, client = open_store(store)  # read-only, checked first; eval logs with its own
@@ -71,8 +77,8 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
             f"{label}: its results folder {results_dir or '(not recorded)'} is gone, and "
             f"its checkpoints with it; {_WHAT_IS_VALID}",
         )
-    checkpoints = trial_checkpoints(trial_dir)
-    if not checkpoints:
+    final = final_checkpoint(trial_dir)
+    if final is None:
         raise ExperimentError.single(
             uri,
             "",
@@ -80,7 +86,9 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
             "checkpoint.frequency iterations and at its end with checkpoint.at_end); "
             f"{_WHAT_IS_VALID}",
         )
-    return PolicySource(newest_checkpoint(checkpoints).resolve(), label, uri, trial.run_id)
+    if final.parent != trial_dir:
+        label += f", the checkpoint its last exploit handed it ({final.parent.name})"
+    return PolicySource(final.resolve(), label, uri, trial.run_id)
 
 
 def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None, str]:

@@ -39,12 +39,7 @@ from workbench.names import (
     trial_name,
 )
 from workbench.plan.preflight import preflight
-from workbench.policy.checkpoint import (
-    check_env,
-    newest_checkpoint,
-    read_checkpoint,
-    trial_checkpoints,
-)
+from workbench.policy.checkpoint import check_env, final_checkpoint, read_checkpoint
 from workbench.policy.evaluate import evaluate_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.policy.mlflow_model import log_checkpoint_model
@@ -430,16 +425,17 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
     best = summary.best
     if section.at_end == "none" or best is None:
         return
-    checkpoints = trial_checkpoints(resolved.results_dir / best.name)
-    if not checkpoints:
+    final = final_checkpoint(resolved.results_dir / best.name)
+    if final is None:
         summary.evaluation_note = (
             f"Not evaluated: {best.name} saved no checkpoint (checkpoint.at_end: true saves "
             "one when a trial ends)"
         )
         return
     try:
-        # The newest intact one, as a restore would take (a damaged newest is skipped).
-        checkpoint = read_checkpoint(newest_checkpoint(checkpoints))
+        # The newest intact one, as a restore would take (a damaged newest is skipped),
+        # or the donor's one an exploit handed it as the run ended.
+        checkpoint = read_checkpoint(final)
         check_env(checkpoint, resolved.experiment.env.id, str(resolved.file))
         summary.evaluation = evaluate_checkpoint(
             checkpoint,
