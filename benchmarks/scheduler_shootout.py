@@ -222,10 +222,19 @@ def _evaluate(results_dir: Path, episodes: int, seed: int) -> dict[str, float]:
     out = {}
     for trial_dir in sorted(p for p in results_dir.iterdir() if (p / "result.json").is_file()):
         try:
+            # The policy the member held at the end: a member exploited as the budget ran
+            # out holds the donor checkpoint it was handed (handed_checkpoint).
             checkpoint = read_checkpoint(find_checkpoint(trial_dir))
         except Exception as err:  # a member without a checkpoint: say so, go on
             print(f"  {trial_dir.name}: no checkpoint to evaluate ({err})", flush=True)
             continue
+        if checkpoint.path.parent.name != trial_dir.name:
+            print(
+                f"  {trial_dir.name}: evaluated on {checkpoint.path.parent.name}'s checkpoint "
+                f"of iteration {checkpoint.training_iteration}, handed to it by its last "
+                "exploit as the run ended",
+                flush=True,
+            )
         evaluation = evaluate_checkpoint(checkpoint, episodes=episodes, seed=10_000 + seed)
         out[trial_dir.name] = float(statistics.fmean(evaluation.returns))
     return out
@@ -272,9 +281,28 @@ def run_once(
     print(f"seed {seed}, {arm}: {' '.join(command)}", flush=True)
     returncode, _, wall = run_logged(command, log)
     run = Run(seed, arm, returncode, wall)
+    (root / f"{name}.run.json").write_text(json.dumps({"returncode": returncode, "wall_s": wall}))
     if returncode != 0:
         print_log_tail(log, 15, f"  exit status {returncode}; the end of {log}:")
-    results_dir = storage / name
+    return measure(run, storage / name, episodes, curve_episodes)
+
+
+def measure_again(root: Path, arm: str, seed: int, episodes: int, curve_episodes: int) -> Run:
+    """A kept run (``--keep``) measured again, without training: its evaluations, curve
+    and lineage as the workbench reads them now. Its exit status and wall time are those
+    the run recorded (unknown for a run kept before they were: shown as -)."""
+    name = f"{arm}-seed{seed}"
+    record = root / f"{name}.run.json"
+    saved = json.loads(record.read_text()) if record.is_file() else {}
+    run = Run(seed, arm, int(saved.get("returncode", 0)), float(saved.get("wall_s", math.nan)))
+    print(f"seed {seed}, {arm}: measured again from {root / name}", flush=True)
+    return measure(run, root / name / name, episodes, curve_episodes)
+
+
+def measure(run: Run, results_dir: Path, episodes: int, curve_episodes: int) -> Run:
+    """A finished run's figures: members, env steps, the evaluated curve, each member's
+    final evaluation, the best and median, and the exploits from its lineage."""
+    seed, wall = run.seed, run.wall_s
     if not results_dir.is_dir():
         return run
     trials = read_trials(results_dir)
@@ -302,7 +330,7 @@ def run_once(
         run.median_eval = statistics.median(evals.values())
     run.exploits, run.exploit_notes = _lineage(results_dir)
     print(
-        f"  {wall:.0f} s, {run.env_steps:,.0f} env steps, best member {run.best_member} "
+        f"  {_cell(wall, '.0f')} s, {run.env_steps:,.0f} env steps, best member {run.best_member} "
         f"eval {run.best_eval:.1f}, median {run.median_eval:.1f}, {run.exploits} exploits, "
         f"{run.checkpoints} checkpoints on the curve",
         flush=True,
@@ -310,8 +338,8 @@ def run_once(
     return run
 
 
-def _cell(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
+def _cell(value: float, fmt: str = ".1f") -> str:
+    return "-" if math.isnan(value) else format(value, fmt)
 
 
 def report(runs: list[Run], arms: list[str], episodes: int) -> None:
@@ -323,7 +351,7 @@ def report(runs: list[Run], arms: list[str], episodes: int) -> None:
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         print(
-            f"| {r.seed} | {r.arm} | {r.returncode} | {r.members} | {r.wall_s:.0f} | "
+            f"| {r.seed} | {r.arm} | {r.returncode} | {r.members} | {_cell(r.wall_s, '.0f')} | "
             f"{r.env_steps:,.0f} | {_cell(r.best_eval)} | {_cell(r.median_eval)} | "
             f"{r.exploits} |"
         )
@@ -337,7 +365,8 @@ def report(runs: list[Run], arms: list[str], episodes: int) -> None:
         median = [r.median_eval for r in mine if not math.isnan(r.median_eval)]
         print(
             f"| {arm} | {len(mine)} | {spread([r.env_steps for r in mine], ',.0f')} | "
-            f"{spread(best)} | {spread(median)} | {spread([r.wall_s for r in mine], '.0f')} |"
+            f"{spread(best)} | {spread(median)} | "
+            f"{spread([r.wall_s for r in mine if not math.isnan(r.wall_s)], '.0f')} |"
         )
     for r in runs:
         if r.exploit_notes:
@@ -386,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--keep", action="store_true", help="keep the results folders")
+    parser.add_argument(
+        "--measure-again",
+        type=Path,
+        default=None,
+        metavar="ROOT",
+        help="measure the runs a --keep run left under ROOT again, without training",
+    )
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
@@ -414,7 +450,10 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget, args.population, steps_per_iteration)
     # Two members: the bottom half is one member (quantile 0.25 would exploit none).
     quantile = 0.5 if args.population < 4 else 0.25
-    root = Path(tempfile.mkdtemp(prefix="scheduler_shootout-"))
+    again = args.measure_again
+    if again is not None and not again.is_dir():
+        parser.error(f"--measure-again: {again} is not a folder a --keep run left")
+    root = again if again is not None else Path(tempfile.mkdtemp(prefix="scheduler_shootout-"))
     now = datetime.datetime.now(datetime.timezone.utc)
     print("command:", command_line())
     print(
@@ -428,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(seeds):
             turn = i % len(arms)
             for arm in arms[turn:] + arms[:turn]:
+                if again is not None:
+                    runs.append(measure_again(root, arm, seed, args.episodes, args.curve_episodes))
+                    continue
                 runs.append(
                     run_once(
                         task,
@@ -451,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             plot(runs, arms, args.plot, title)
             print(f"anytime curve: {args.plot}")
     finally:
-        if args.keep:
+        if args.keep or again is not None:
             print(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -198,7 +199,7 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
         [
             sys.executable,
             str(ROOT / "benchmarks" / "scheduler_shootout.py"),
-            *("--quick", "--arms", "pbt,asha_optuna", "--plot", str(png)),
+            *("--quick", "--arms", "pbt,asha_optuna", "--plot", str(png), "--keep"),
         ],
         capture_output=True,
         text=True,
@@ -230,3 +231,24 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
     on_curve = [int(n) for n in re.findall(r"(\d+) checkpoints on the curve", result.stdout)]
     assert len(on_curve) == 2 and all(n >= 2 for n in on_curve), on_curve
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # The kept runs measured again without training: the same figures (the evaluations
+    # are deterministic), the exit status and wall time the runs recorded.
+    kept = re.search(r"^kept (.+)$", result.stdout, re.MULTILINE)
+    assert kept is not None, result.stdout[-2000:]
+    again = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scheduler_shootout.py"),
+            *("--quick", "--arms", "pbt,asha_optuna", "--measure-again", kept.group(1)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert [line for line in again.stdout.splitlines() if line.startswith("| 0 |")] == rows
+    assert "measured again from" in again.stdout
+    shutil.rmtree(kept.group(1))
