@@ -328,6 +328,8 @@ def measure(run: Run, results_dir: Path, episodes: int, curve_episodes: int) -> 
         print("  no member had a training score at its end: no best member", flush=True)
     if evals:
         run.median_eval = statistics.median(evals.values())
+        shown = ", ".join(f"{name} {value:.1f}" for name, value in sorted(evals.items()))
+        print(f"  members: {shown}", flush=True)
     run.exploits, run.exploit_notes = _lineage(results_dir)
     print(
         f"  {_cell(wall, '.0f')} s, {run.env_steps:,.0f} env steps, best member {run.best_member} "
