@@ -191,23 +191,29 @@ def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None
     assert "time to 30" in result.stdout
 
 
-def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -> None:
-    # Two arms of the four (PBT and ASHA+Optuna: a population-based one and the one whose
-    # searcher must cope with results that carry no score yet), on MountainCar.
-    png = tmp_path / "curve.png"
+def _shootout(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The shoot-out's --quick run of PBT and ASHA+Optuna with `args`; it must succeed."""
     result = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "scheduler_shootout.py"),
-            *("--quick", "--arms", "pbt,asha_optuna", "--plot", str(png), "--keep"),
+            *("--quick", "--arms", "pbt,asha_optuna", *args),
         ],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-        cwd=tmp_path,
+        cwd=cwd,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -> None:
+    # Two arms of the four (PBT and ASHA+Optuna: a population-based one and the one whose
+    # searcher must cope with results that carry no score yet), on MountainCar.
+    png = tmp_path / "curve.png"
+    result = _shootout(tmp_path, "--plot", str(png), "--keep")
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["pbt", "asha_optuna"]
     for row in rows:
@@ -236,19 +242,7 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
     # are deterministic), the exit status and wall time the runs recorded.
     kept = re.search(r"^kept (.+)$", result.stdout, re.MULTILINE)
     assert kept is not None, result.stdout[-2000:]
-    again = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "scheduler_shootout.py"),
-            *("--quick", "--arms", "pbt,asha_optuna", "--measure-again", kept.group(1)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    again = _shootout(tmp_path, "--measure-again", kept.group(1))
     assert [line for line in again.stdout.splitlines() if line.startswith("| 0 |")] == rows
     assert "measured again from" in again.stdout
     shutil.rmtree(kept.group(1))

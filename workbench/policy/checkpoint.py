@@ -150,9 +150,11 @@ def handed_checkpoint(trial_dir: Path) -> Path | None:
     is the one of the iteration PBT handed over, written before the exploit (a donor
     rewound by an exploit of its own can save that iteration again later)."""
     record = _last_exploit_into(trial_dir)
-    if record is None or record.restored_iteration is not None:
-        return None
-    if record.checkpoint_iteration is None:
+    if (
+        record is None
+        or record.restored_iteration is not None
+        or record.checkpoint_iteration is None
+    ):
         return None
     own = trial_checkpoints(trial_dir)
     if own and _written_at(own[-1]) > record.time:
