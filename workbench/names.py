@@ -57,6 +57,16 @@ EVAL_METRIC_PREFIX = "eval/"
 EVAL_RETURN_METRIC = EVAL_METRIC_PREFIX + "return_mean"
 EVAL_STD_METRIC = EVAL_METRIC_PREFIX + "return_std"
 EVAL_EPISODES_METRIC = EVAL_METRIC_PREFIX + "episodes"
+# The population's result (workbench.run.population_result) on the population's run.
+RESULT_RETURN_METRIC = "result/return_mean"
+RESULT_STD_METRIC = "result/return_std"
+RESULT_EPISODES_METRIC = "result/episodes"
+RESULT_EVAL_ENV_STEPS_METRIC = "result/eval_env_steps"
+RESULT_EVAL_TIME_METRIC = "result/eval_time_s"
+RESULT_TRIAL_ID_TAG = "workbench.result.trial_id"
+RESULT_TRIAL_TAG = "workbench.result.trial"
+RESULT_ITERATION_TAG = "workbench.result.iteration"
+RESULT_CHECKPOINT_TAG = "workbench.result.checkpoint"  # relative to the results folder
 # The population's summary on its parent run, written when a run or resume ends, so that
 # populations sort by it in the MLflow UI and in search_runs(order_by=...).
 POPULATION_METRIC_PREFIX = "population/"

@@ -430,13 +430,15 @@ def render_tree(
     trials: Mapping[str, tuple[str, int]],
     records: Iterable[LineageRecord],
     best: str | None = None,
+    best_iteration: int | None = None,
 ) -> str:
     """The population as a tree of who cloned whom, for the terminal.
 
     Roots are the trials as they started; each exploit is a branch under the donor's
     weights at that time, itself the parent of later clones of the target. `[a-b]` are the
-    iterations those weights were trained in. `*` marks the best trial's final policy and
-    its ancestry. `trials` maps trial id -> (name, final iteration).
+    iterations those weights were trained in. `*` marks the best trial's policy of
+    ``best_iteration`` (the population's result; default: its final policy) and its
+    ancestry. `trials` maps trial id -> (name, final iteration).
     """
     ordered = _ordered(records)
     population = _population(trials, ordered)
@@ -463,7 +465,8 @@ def render_tree(
     marked: set[int] = set()
     best_node: _Version | None = None
     if best is not None and best in population:
-        chain = _chain(ordered, best, population[best][1], population[best][0])
+        at = population[best][1] if best_iteration is None else best_iteration
+        chain = _chain(ordered, best, at, population[best][0])
         marked = {id(s.via) for s in chain if s.via is not None}
         newest = chain[0].via
         best_node = roots[best] if newest is None else by_record[id(newest)]
@@ -497,7 +500,12 @@ def render_tree(
 
     if not ordered:
         lines.append("  (no exploits yet)")
-    if best_node is not None:
+    if best_node is not None and best_iteration is not None:
+        lines.append(
+            f"  * = the population's result, {population[best_node.trial][0]}'s policy of "
+            f"iteration {best_iteration}, and the weights it came from"
+        )
+    elif best_node is not None:
         lines.append(
             f"  * = the best trial {population[best_node.trial][0]}'s final policy "
             "and the weights it came from"

@@ -34,6 +34,15 @@ from workbench.names import (
     LINEAGE_FILE,
     PARENT_RUN_TAG,
     RESOLVED_FILE,
+    RESULT_CHECKPOINT_TAG,
+    RESULT_EPISODES_METRIC,
+    RESULT_EVAL_ENV_STEPS_METRIC,
+    RESULT_EVAL_TIME_METRIC,
+    RESULT_ITERATION_TAG,
+    RESULT_RETURN_METRIC,
+    RESULT_STD_METRIC,
+    RESULT_TRIAL_ID_TAG,
+    RESULT_TRIAL_TAG,
     RESULTS_DIR_TAG,
     RETURN_METRIC,
     ROLE_TAG,
@@ -45,6 +54,7 @@ from workbench.names import (
 )
 from workbench.tracking.location import artifact_names, download_artifact, results_dir_of
 from workbench.tracking.store import open_store
+from workbench.trial.candidates import PopulationResult
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -183,10 +193,29 @@ class Population:
     end_ms: int | None
     results_dir: str
     trials: list[TrialRun] = field(default_factory=list)
+    # The population's result (workbench.run.population_result): the member whose
+    # evaluated policy the population hands over. None: none chosen (still running,
+    # interrupted, evaluation.at_end: none, or a population from before results).
+    result: PopulationResult | None = None
 
     def best(self) -> TrialRun | None:
+        """The member holding the population's result; without one, the member with the
+        best training score."""
+        if self.result is not None:
+            for trial in self.trials:
+                if trial.trial_id == self.result.trial_id:
+                    return trial
         scored = [t for t in self.trials if not math.isnan(t.best_return)]
         return max(scored, key=lambda t: t.best_return) if scored else None
+
+    def result_line(self) -> str:
+        """The population's result in one line, or why there is none."""
+        if self.result is None:
+            return (
+                "No result chosen (evaluated candidates are chosen when a population ends); "
+                "best by training score: " + (b.name if (b := self.best()) else "-")
+            )
+        return f"The population's result: {self.result.summary()}"
 
     def to_json(self) -> dict[str, Any]:
         """The population and its leaderboard (`workbench runs --json`)."""
@@ -198,13 +227,39 @@ class Population:
             "start_ms": self.start_ms,
             "end_ms": self.end_ms,
             "results_dir": self.results_dir,
+            "result": self.result.to_json() if self.result is not None else None,
             "trials": [t.to_json() for t in leaderboard(self)],
         }
+
+
+def result_of(tags: dict[str, str], metrics: dict[str, float]) -> PopulationResult | None:
+    """The population's result as its run records it (None: no result recorded)."""
+    trial_id = tags.get(RESULT_TRIAL_ID_TAG)
+    mean = metrics.get(RESULT_RETURN_METRIC)
+    if not trial_id or mean is None:
+        return None
+    try:
+        iteration = int(tags.get(RESULT_ITERATION_TAG, "0"))
+    except ValueError:
+        iteration = 0
+    return PopulationResult(
+        trial_id=trial_id,
+        trial_name=tags.get(RESULT_TRIAL_TAG, trial_id),
+        iteration=iteration,
+        checkpoint=tags.get(RESULT_CHECKPOINT_TAG, ""),
+        return_mean=float(mean),
+        return_std=float(metrics.get(RESULT_STD_METRIC, math.nan)),
+        episodes=int(metrics.get(RESULT_EPISODES_METRIC, 0)),
+        short_return_mean=math.nan,
+        eval_env_steps=int(metrics.get(RESULT_EVAL_ENV_STEPS_METRIC, 0)),
+        eval_time_s=float(metrics.get(RESULT_EVAL_TIME_METRIC, 0.0)),
+    )
 
 
 def _population(client: Any, run: Any, experiment_names: dict[str, str]) -> Population:
     info, tags = run.info, run.data.tags
     return Population(
+        result=result_of(tags, run.data.metrics),
         run_id=info.run_id,
         name=tags.get(RUN_NAME_TAG, info.run_name),
         experiment=experiment_names.get(info.experiment_id, info.experiment_id),
@@ -469,9 +524,15 @@ class PopulationLineage:
         """trial id -> (name, last iteration): the tree's nodes."""
         return {t.trial_id: (t.name, t.iteration) for t in self.population.trials}
 
+    @property
+    def best_iteration(self) -> int | None:
+        """The iteration of the population's result (None: the best trial's final one)."""
+        result = self.population.result
+        return result.iteration if result is not None and result.iteration > 0 else None
+
     def tree(self) -> str:
-        """The tree as text, the best trial's ancestry marked."""
-        return render_tree(self.trials, self.records, self.best_trial_id)
+        """The tree as text, the ancestry of the population's result marked."""
+        return render_tree(self.trials, self.records, self.best_trial_id, self.best_iteration)
 
     def to_json(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self.records]

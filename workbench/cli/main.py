@@ -290,14 +290,23 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                     pop.experiment,
                     pop.status,
                     str(len(pop.trials)),
-                    num(best.best_return if best else None),
+                    num(pop.result.return_mean if pop.result else None),
                     best.name if best else "-",
+                    num(
+                        max(
+                            (t.best_return for t in pop.trials if t.best_return == t.best_return),
+                            default=None,
+                        )
+                    ),
                     when(pop.start_ms) if args.wide else when(pop.start_ms, short=True),
                     *([pop.run_id] if args.wide else []),
                 ]
             )
         print("\n".join(wrapped([f"Populations in {uri}:"], _width(args))))
-        headers = ["population", "experiment", "status", "trials", "best score", "best trial"]
+        # The result: the population's best policy, evaluated (its member is the best
+        # trial; without a result, the member with the best training score).
+        headers = ["population", "experiment", "status", "trials", "result", "best trial"]
+        headers.append("best score")
         more = ["started", "run id"] if args.wide else ["started"]  # run ids: --json, --wide
         print(table([*headers, *more], rows, width=_width(args)))
         return 0
@@ -324,7 +333,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         for rank, t in enumerate(board, 1)
     ]
     title = f"Population {pop.name} ({pop.experiment}, {pop.status}, run {pop.run_id}):"
-    print("\n".join(wrapped([title], _width(args))))
+    print("\n".join(wrapped([title, pop.result_line()], _width(args))))
     # The score ranks (the mean return of the last K episodes); the return beside it is
     # the last iteration's own mean, and eval the last evaluation, mean ± std (n episodes).
     headers = ["#", "trial", "status", "iter", "env steps", "best score", "score", "return"]
@@ -346,6 +355,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     ran = f"  run id {trial.run_id}; started {when(trial.start_ms)}, ended {when(trial.end_ms)}"
     print("\n".join(wrapped([title + trial.status, ran], width)))
     print(f"  best {trial.score_metric} = {num(trial.best_return, 6)}")
+    result = detail.population.result
+    if result is not None and result.trial_id == trial.trial_id:
+        print(f"  holds the population's result: {result.summary()}")
     if trial.error is not None:
         print("  error: " + trial.error.strip().splitlines()[-1])
     # params: the initial values (MLflow's params cannot change), and trial_id, said above.
@@ -493,7 +505,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from workbench.policy.video import check_video_path, record_video
 
     if args.video:  # a wrong file name fails before the rollout
-        check_video_path(Path(args.video), args.run)
+        check_video_path(Path(args.video), args.run or "--video")
     done = evaluate_reference(
         args.run,
         store=args.store,
@@ -516,7 +528,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             seed=args.seed,
             env_config=done.result.env_config,
             fps=args.fps,
-            source=args.run,
+            source=args.run or done.source.label,
         )
     if args.json:
         data = done.to_json()
@@ -955,14 +967,20 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         "unpickling runs whatever code its files hold",
     }
     policy_ref = {
-        "metavar": "RUN|CHECKPOINT",
-        "help": "an MLflow trial run (run id, or trial name such as PPO_00003: its newest "
-        "checkpoint), a checkpoint folder, or a trial folder (its newest checkpoint)",
+        "metavar": "RUN|CHECKPOINT|POPULATION",
+        "nargs": "?",
+        "help": "an MLflow trial run (run id, or trial name such as PPO_00003: that "
+        "member's newest checkpoint), a checkpoint folder, a trial folder (its newest "
+        "checkpoint), or a population (its result: the best policy any member produced, "
+        "chosen by evaluation). Default: the result of --population, else of the newest "
+        "population",
     }
     evaluate = add(
         "eval",
         "roll out a trained policy (no Tune) and log eval/* to its MLflow run",
         [
+            "workbench eval    # the newest population's result",
+            "workbench eval --population cartpole_pbt --episodes 100",
             "workbench eval PPO_00003 --episodes 20",
             "workbench eval results/cartpole_pbt_20260130-141502/PPO_00003 --no-log --json",
             "workbench eval PPO_00003 --video cartpole.mp4 --video-episodes 3",

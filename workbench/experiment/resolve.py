@@ -544,6 +544,19 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
     _check_learner(experiment, where, problems)
     scheduler = experiment.scheduler
     population_based = isinstance(scheduler, PbtSection | Pb2Section)
+    if (
+        isinstance(scheduler, PbtSection | Pb2Section)
+        and scheduler.rank_on == "evaluation"
+        and experiment.evaluation.every == 0
+    ):
+        problems.append(
+            Problem(
+                where,
+                "scheduler.rank_on",
+                "'evaluation' ranks members on their short evaluations, which "
+                "evaluation.every: 0 turns off; valid here: 'score', or evaluation.every >= 1",
+            )
+        )
     if population_based and experiment.search.type == "optuna":
         problems.append(
             Problem(

@@ -99,7 +99,30 @@ class SearchSpaceSection(_Strict):
     )
 
 
-class PbtSection(_Strict):
+class _ExploitRules(_Strict):
+    """What PBT and PB2 rank members on, and when a member may be cloned over."""
+
+    rank_on: Literal["evaluation", "score"] = Field(
+        "evaluation",
+        description="'evaluation': rank members on their latest short deterministic "
+        "evaluation (evaluation.every, evaluation.short_episodes): the policy a clone "
+        "would copy, judged as the user will judge it; decisions wait for one. 'score': "
+        "on the training window (score.window), which straddles restarts and samples "
+        "actions (docs/benchmarks/scheduler-shootout.md).",
+    )
+    exploit_test: Literal["welch", "none"] = Field(
+        "welch",
+        description="'welch': a member is cloned over only when the donor is better by "
+        "Welch's t-test on their evaluations (or score windows) at exploit_alpha, as in "
+        "the PBT paper's t-test selection: two members that are equally good both "
+        "survive; 'none': whenever the donor ranks higher (Tune's truncation selection).",
+    )
+    exploit_alpha: float = Field(
+        0.05, gt=0, lt=1, description="The test's significance level (one-sided)."
+    )
+
+
+class PbtSection(_ExploitRules):
     """Population-based training: exploit the top, explore by perturbing (clamped to bounds)."""
 
     type: Literal["pbt"]
@@ -119,7 +142,7 @@ class PbtSection(_Strict):
     synch: bool = Field(False, description="Synchronous PBT (wait for the whole population).")
 
 
-class Pb2Section(_Strict):
+class Pb2Section(_ExploitRules):
     """PB2: PBT whose explore step is a GP bandit over the numeric bounds."""
 
     type: Literal["pb2"]
@@ -216,6 +239,12 @@ class SearchSection(_Strict):
     )
     seed: int | None = Field(
         None, ge=0, le=2**32 - 1, description="Seed of the searcher (defaults to `seed`)."
+    )
+    startup_trials: PositiveInt = Field(
+        3,
+        le=10_000,
+        description="optuna: random trials before TPE models the study (Optuna's own "
+        "default, 10, is more trials than a small population runs: all of them random).",
     )
 
 
@@ -541,14 +570,38 @@ class EvaluationSection(_Strict):
 
     at_end: Literal["best", "none"] = Field(
         "best",
-        description="'best': when the population ends, roll out the best trial's last "
-        "checkpoint and log eval/* to its MLflow run; 'none': skip it.",
+        description="'best': when the population ends, choose the population's result: "
+        "confirm its best candidates over `episodes` episodes, log eval/* to the chosen "
+        "one's MLflow run and its policy as an MLflow model; 'none': skip it.",
     )
     episodes: PositiveInt = Field(
         100,
         le=100_000,
         description="Episodes to roll out (seeds seed, seed+1, ...); 100 CartPole episodes "
         "take well under a second on the C++ vector env (docs/scores.md).",
+    )
+    every: NonNegativeInt = Field(
+        2,
+        le=10_000,
+        description="Iterations between a member's short evaluations of its current "
+        "policy (candidates for the population's result, kept past checkpoint.keep; "
+        "with scheduler.rank_on: evaluation, also what PBT and PB2 rank on). 0: none; the "
+        "result is then chosen among the members' final checkpoints.",
+    )
+    short_episodes: PositiveInt = Field(
+        10,
+        le=10_000,
+        description="Episodes of a short evaluation (seeds seed+50000, ...: never the "
+        "confirming evaluation's).",
+    )
+    keep: PositiveInt = Field(
+        2, le=1000, description="Candidates each member keeps: its best short evaluations."
+    )
+    confirm: PositiveInt = Field(
+        3,
+        le=1000,
+        description="Candidates with the best short evaluations that the end of the run "
+        "evaluates over `episodes` episodes; the best of them is the population's result.",
     )
     deterministic: bool = Field(
         True,

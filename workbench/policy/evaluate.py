@@ -75,6 +75,7 @@ class Evaluation:
     training_iteration: int | None = None
     run_id: str | None = None  # the MLflow run it was logged to
     notes: list[str] = field(default_factory=list)
+    time_s: float = 0.0  # the rollout's wall time
 
     def stats(self) -> dict[str, float]:
         returns = np.asarray(self.returns, dtype=np.float64)
@@ -150,6 +151,7 @@ def evaluate_checkpoint(
         deterministic=deterministic,
         checkpoint=checkpoint.path,
         training_iteration=checkpoint.training_iteration,
+        time_s=elapsed,
     )
     result.notes.append(f"{sum(lengths)} env steps in {elapsed:.1f} s")
     return result

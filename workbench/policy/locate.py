@@ -11,7 +11,7 @@ from typing import Any
 
 from mlflow.entities import Metric, RunTag
 
-from workbench.analysis.populations import find_trial
+from workbench.analysis.populations import Population, find_population, find_trial, populations
 from workbench.errors import ExperimentError
 from workbench.experiment.schema import load_experiment
 from workbench.names import (
@@ -47,8 +47,17 @@ class PolicySource:
     why_no_run: str = "no trial run found"  # said when there is no run to log to
 
 
-def locate(ref: str, *, store: str | None = None, population: str | None = None) -> PolicySource:
-    """RUN|CHECKPOINT: a checkpoint or trial folder, else an MLflow trial run by id or name."""
+def locate(
+    ref: str | None, *, store: str | None = None, population: str | None = None
+) -> PolicySource:
+    """RUN|CHECKPOINT: a checkpoint or trial folder, else an MLflow trial run by id or name
+    (that member's newest checkpoint), else a population by name (its result); None: the
+    result of ``population`` (default: the newest population in the store)."""
+    if ref is None:
+        store_uri, store_client = open_store(store)
+        return result_source(
+            store_client, store_uri, find_population(store_client, population, store_uri)
+        )
     path = Path(ref).expanduser()
     if path.exists():
         checkpoint = find_checkpoint(path)
@@ -63,7 +72,13 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     if "/" in ref or ref.startswith("."):
         raise ExperimentError.single(ref, "", f"no such folder; {_WHAT_IS_VALID}")
     uri, client = open_store(store)  # read-only, checked first; eval logs with its own
-    trial = find_trial(client, ref, population, uri)
+    try:
+        trial = find_trial(client, ref, population, uri)
+    except ExperimentError:
+        named = [p for p in populations(client) if ref in (p.name, p.run_id, p.experiment)]
+        if not named:
+            raise
+        return result_source(client, uri, find_population(client, ref, uri))
     parent = client.get_run(trial.parent_run_id)
     # Where the population's folder lies now: the store records it relative to itself.
     results_dir = results_dir_of(parent.data.tags.get(RESULTS_DIR_TAG, ""), uri)
@@ -89,6 +104,29 @@ def locate(ref: str, *, store: str | None = None, population: str | None = None)
     if final.parent != trial_dir:
         label += f", the checkpoint its last exploit handed it ({final.parent.name})"
     return PolicySource(final.resolve(), label, uri, trial.run_id)
+
+
+def result_source(client: Any, uri: str, population: Population) -> PolicySource:
+    """The population's result: the checkpoint of the policy it hands over."""
+    result = population.result
+    label = f"the result of population {population.name}"
+    if result is None:
+        raise ExperimentError.single(
+            uri,
+            "",
+            f"population {population.name} has no result (one is chosen when a population "
+            "ends with evaluation.at_end: best); name a trial, e.g. "
+            + (population.trials[0].name if population.trials else "PPO_00000")
+            + f", for its newest checkpoint; {_WHAT_IS_VALID}",
+        )
+    checkpoint = Path(population.results_dir) / result.checkpoint
+    if not checkpoint.is_dir():
+        raise ExperimentError.single(
+            uri, "", f"{label}: its checkpoint {checkpoint} is gone; {_WHAT_IS_VALID}"
+        )
+    run_id = next((t.run_id for t in population.trials if t.trial_id == result.trial_id), None)
+    label += f": {result.trial_name}'s policy of iteration {result.iteration}"
+    return PolicySource(checkpoint.resolve(), label, uri, run_id)
 
 
 def _run_of_trial_dir(trial_dir: Path, store: str | None) -> tuple[str | None, str | None, str]:
@@ -183,7 +221,7 @@ def log_evaluation(client: Any, run_id: str, result: Evaluation) -> None:
 
 
 def locate_checkpoint(
-    ref: str,
+    ref: str | None,
     *,
     store: str | None = None,
     population: str | None = None,
@@ -194,7 +232,7 @@ def locate_checkpoint(
     one the workbench did not write only with `trust` (`read_checkpoint`)."""
     source = locate(ref, store=store, population=population)
     checkpoint = read_checkpoint(source.checkpoint, trust=trust)
-    check_env(checkpoint, env_id, ref)
+    check_env(checkpoint, env_id, ref or source.label)
     return source, checkpoint
 
 
@@ -224,7 +262,7 @@ class LocatedEvaluation:
 
 
 def evaluate_reference(
-    ref: str,
+    ref: str | None,
     *,
     store: str | None = None,
     population: str | None = None,
@@ -242,7 +280,7 @@ def evaluate_reference(
     source, checkpoint = locate_checkpoint(
         ref, store=store, population=population, env_id=env_id, trust=trust
     )
-    overrides = parse_env_config(env_config, ref)
+    overrides = parse_env_config(env_config, ref or source.label)
     result = evaluate_checkpoint(
         checkpoint,
         episodes=episodes,

@@ -196,7 +196,7 @@ class ExportedToMlflow:
 
 
 def export_reference_to_mlflow(
-    ref: str,
+    ref: str | None,
     folder: Path,
     *,
     store: str | None = None,
@@ -213,12 +213,13 @@ def export_reference_to_mlflow(
     source, checkpoint = locate_checkpoint(
         ref, store=store, population=population, env_id=env_id, trust=trust
     )
+    where = ref or source.label
     if register is not None and not register.strip():
-        raise ExperimentError.single(ref, "--register", "an empty name; give the model's name")
+        raise ExperimentError.single(where, "--register", "an empty name; give the model's name")
     has_run = source.run_id is not None and source.uri is not None
     if register is not None and not has_run:
         raise ExperimentError.single(
-            ref,
+            where,
             "--register",
             f"{register!r}: registering needs the policy's MLflow trial run, and {source.label} "
             f"has none ({source.why_no_run}); valid: a trial run or a folder of a tracked "

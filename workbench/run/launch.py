@@ -39,14 +39,14 @@ from workbench.names import (
     trial_name,
 )
 from workbench.plan.preflight import preflight
-from workbench.policy.checkpoint import check_env, final_checkpoint, read_checkpoint
-from workbench.policy.evaluate import evaluate_checkpoint
+from workbench.policy.checkpoint import read_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.policy.mlflow_model import log_checkpoint_model
 from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.console import LibraryLogs
 from workbench.run.folder_lock import FolderLock
-from workbench.run.optuna_study import close_study
+from workbench.run.optuna_study import close_study, record_result
+from workbench.run.population_result import choose as choose_result
 from workbench.run.progress import ProgressTable, StopGoal
 from workbench.run.ray_session import (
     check_dashboard,
@@ -63,7 +63,11 @@ from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, stop_reason, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.location import results_dir_tag, sqlite_file
-from workbench.tracking.population_summary import PopulationSummary, log_population_summary
+from workbench.tracking.population_summary import (
+    PopulationSummary,
+    log_population_result,
+    log_population_summary,
+)
 from workbench.tracking.run_context import source_tags
 from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
@@ -350,6 +354,7 @@ def _finish(
     summary.confirmation = stopper.reached
     if stopper.reached_by in session.table.records:
         summary.best = session.table.records[stopper.reached_by]
+        summary.reached_by = summary.best.name
     # Unfinished trials, or (a searcher creates trials one by one: Optuna with
     # max_concurrent) a signal before the search had created them all.
     planned = resolved.experiment.population * grid_points(resolved.search_space)
@@ -377,6 +382,10 @@ def _finish(
         if resolved.experiment.search.type == "optuna":  # its study says it has ended
             with contextlib.suppress(Exception):  # the study is a view: never fail the run
                 close_study(resolved.results_dir, resolved.experiment.name)
+                if summary.result is not None:
+                    record_result(
+                        resolved.results_dir, resolved.experiment.name, summary.result.to_json()
+                    )
     if session.tracker is not None:
         log_summary_metrics(session, summary, elapsed_s)
     return summary
@@ -418,48 +427,57 @@ def log_summary_metrics(session: _Session, summary: RunSummary, elapsed_s: float
 
 
 def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
-    """Rolls out the best trial's last checkpoint (experiment.evaluation) and logs eval/*
-    to its MLflow run. Never fails the population: a problem becomes a summary line."""
+    """Chooses the population's result (`workbench.run.population_result`), names its
+    member as the best trial, logs the confirming evaluation as eval/* to that member's
+    MLflow run, its policy as an MLflow model there, and the result on the population's
+    run. Never fails the population: a problem becomes a summary line."""
 
     section = resolved.experiment.evaluation
-    best = summary.best
-    if section.at_end == "none" or best is None:
+    if section.at_end == "none":
         return
-    final = final_checkpoint(resolved.results_dir / best.name)
-    if final is None:
-        summary.evaluation_note = (
-            f"Not evaluated: {best.name} saved no checkpoint (checkpoint.at_end: true saves "
-            "one when a trial ends)"
-        )
-        return
+    trials = {trial_id: record.name for trial_id, record in session.table.records.items()}
     try:
-        # The newest intact one, as a restore would take (a damaged newest is skipped),
-        # or the donor's one an exploit handed it as the run ended.
-        checkpoint = read_checkpoint(final)
-        check_env(checkpoint, resolved.experiment.env.id, str(resolved.file))
-        summary.evaluation = evaluate_checkpoint(
-            checkpoint,
+        chosen = choose_result(
+            resolved.results_dir,
+            trials,
             episodes=section.episodes,
-            deterministic=section.deterministic,
+            short_episodes=section.short_episodes,
+            confirm=section.confirm,
             seed=resolved.experiment.seed,
         )
     except Exception as err:  # the population's results stand without it
-        summary.evaluation_note = f"Not evaluated: {best.name}: {type(err).__name__}: {err}"
+        summary.evaluation_note = f"No result chosen: {type(err).__name__}: {err}"
         return
-    if session.tracker is None:
-        return
-    trial_id = next((t for t, r in session.table.records.items() if r is best), None)
-    run_id = session.tracker.get_state()["runs"].get(trial_id)
-    if run_id is None:
-        return
-    try:
-        log_evaluation(client_for(session.tracker.target.uri), run_id, summary.evaluation)
-    except Exception as err:  # a store that does not answer: the figures are printed
+    if chosen is None:
         summary.evaluation_note = (
-            f"The evaluation could not be logged to MLflow: {type(err).__name__}: {err}"
+            "No result chosen: no member left a policy to evaluate (a member keeps its best "
+            "evaluated policies with evaluation.every, and saves one when it ends with "
+            "checkpoint.at_end)"
         )
         return
-    try:  # the evaluated policy as an MLflow model (registry, serving)
+    result, evaluation = chosen
+    summary.result = result
+    summary.evaluation = evaluation
+    summary.best = session.table.records.get(result.trial_id, summary.best)
+    if session.tracker is None:
+        return
+    runs = session.tracker.get_state()["runs"]
+    client = client_for(session.tracker.target.uri)
+    parent = runs.get(PARENT)
+    try:
+        if parent is not None:
+            log_population_result(client, parent, result)
+        run_id = runs.get(result.trial_id)
+        if run_id is None:
+            return
+        log_evaluation(client, run_id, evaluation)
+    except Exception as err:  # a store that does not answer: the figures are printed
+        summary.evaluation_note = (
+            f"The result could not be logged to MLflow: {type(err).__name__}: {err}"
+        )
+        return
+    try:  # the chosen policy as an MLflow model (registry, serving)
+        checkpoint = read_checkpoint(result.checkpoint_path(resolved.results_dir))
         logged = log_checkpoint_model(checkpoint, session.tracker.target.uri, run_id)
         summary.evaluation_note = f"Its policy: MLflow model {logged.model_uri}"
     except Exception as err:  # the population's results stand without it

@@ -47,14 +47,18 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         metric: str,
         mode: str,
         seed: int | None,
+        n_startup_trials: int = 10,
     ) -> None:
         # A folder not there yet (`workbench run --dry-run` draws the trials before any
         # is made) keeps the study in memory: the searcher writes no folder of its own.
         storage = (
             optuna.storages.RDBStorage(study_url(results_dir)) if results_dir.is_dir() else None
         )
+        # TPE models the study after n_startup_trials random ones (Optuna's default 10:
+        # more than a small population ever runs, which would make TPE a random search).
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials)
         super().__init__(
-            metric=metric, mode=mode, seed=seed, study_name=study_name, storage=storage
+            metric=metric, mode=mode, sampler=sampler, study_name=study_name, storage=storage
         )
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -124,3 +128,19 @@ def close_study(results_dir: Path, study_name: str) -> int:
     for trial in running:
         study.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
     return len(running)
+
+
+def record_result(results_dir: Path, study_name: str, result: dict[str, Any]) -> bool:
+    """The population's result in its study: a study user attribute
+    ``population_result`` (the record), and ``population_result: true`` on the study
+    trial of the member that produced it. The study's own best trial is the one with the
+    best short evaluation (its value); the result is that evaluation confirmed over more
+    episodes among the best few. False when there is no study."""
+    if not (results_dir / STUDY_FILE).is_file():
+        return False
+    study = optuna.load_study(study_name=study_name, storage=study_url(results_dir))
+    study.set_user_attr("population_result", result)
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get(TRIAL_ID_ATTR) == result.get("trial_id"):
+            study._storage.set_trial_user_attr(trial._trial_id, "population_result", True)
+    return True

@@ -7,6 +7,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,21 @@ from ray.tune.utils import flatten_dict
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_space import ParamSpec, clamp_config, explore
-from workbench.names import SCORE_METRIC, trial_name
+from workbench.names import (
+    SCORE_EPISODES_METRIC,
+    SCORE_METRIC,
+    SCORE_STD_METRIC,
+    trial_name,
+)
 from workbench.run.optuna_study import StudySearch
 from workbench.run.replay import replay_scheduler
 from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
+from workbench.trial.candidates import (
+    CANDIDATE_BEST_METRIC,
+    CANDIDATE_EPISODES_METRIC,
+    CANDIDATE_RETURN_METRIC,
+    CANDIDATE_STD_METRIC,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +69,10 @@ class ExploitRecorder:
         value = result.get(metric) if metric else None
         if isinstance(value, float) and math.isnan(value):
             return str(TrialScheduler.CONTINUE)
+        if metric:
+            found = ranked_stats(result, metric)
+            if found is not None:
+                self.__dict__.setdefault("_ranked", {})[trial.trial_id] = found
         # Which result an exploit is decided on: Tune's own log gives the iteration
         # before it (the trial's last_result is updated only after the decision).
         self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
@@ -139,6 +155,7 @@ class ResumablePBT(ResumableScheduler):
         "_num_checkpoints",
         "_num_perturbations",
         "_next_perturbation_sync",
+        "_ranked",  # exploit_test's figures: each trial's last ranked mean, std and count
     )
 
     def workbench_state(self) -> dict[str, Any]:
@@ -346,6 +363,68 @@ def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) ->
     return checkpoint_at >= now and checkpoint_at >= start + interval
 
 
+@dataclass(frozen=True)
+class Stats:
+    """A ranked figure and what it is the mean of: a short evaluation's episodes, or the
+    score window's (``std`` as numpy's, ddof 0)."""
+
+    mean: float
+    std: float
+    n: int
+
+
+# The mean a scheduler ranks on, and its std and count, by the metric it ranks.
+_STATS_OF = {
+    SCORE_METRIC: (SCORE_STD_METRIC, SCORE_EPISODES_METRIC),
+    CANDIDATE_RETURN_METRIC: (CANDIDATE_STD_METRIC, CANDIDATE_EPISODES_METRIC),
+}
+
+
+def ranked_stats(result: dict[str, Any], metric: str) -> Stats | None:
+    """The mean ``metric`` of a result with its std and count (None: not in it)."""
+    flat = flatten_dict(result) if any(isinstance(v, dict) for v in result.values()) else result
+    mean = flat.get(metric)
+    if not isinstance(mean, int | float) or not math.isfinite(mean):
+        return None
+    std_key, n_key = _STATS_OF.get(metric, ("", ""))
+    std, n = flat.get(std_key, math.nan), flat.get(n_key, 0)
+    return Stats(
+        float(mean),
+        float(std) if isinstance(std, int | float) else math.nan,
+        int(n) if isinstance(n, int | float) and math.isfinite(n) else 0,
+    )
+
+
+def clearly_better(donor: Stats | None, target: Stats | None, alpha: float) -> bool:
+    """Whether the donor's mean is above the target's by Welch's one-sided t-test at
+    ``alpha`` (the PBT paper's t-test selection). Without the figures to test (one
+    episode, an unknown std) a higher mean is enough, as in truncation selection."""
+    if donor is None or target is None:
+        return True
+    if donor.mean <= target.mean:
+        return False
+    if donor.n < 2 or target.n < 2 or not (math.isfinite(donor.std) and math.isfinite(target.std)):
+        return True
+    # numpy's std (ddof 0) to the sample std the test takes.
+    sd = donor.std * math.sqrt(donor.n / (donor.n - 1))
+    st = target.std * math.sqrt(target.n / (target.n - 1))
+    if sd == 0 and st == 0:
+        return True  # the same return every episode, each: the difference is exact
+    from scipy.stats import ttest_ind_from_stats
+
+    test = ttest_ind_from_stats(
+        donor.mean,
+        sd,
+        donor.n,
+        target.mean,
+        st,
+        target.n,
+        equal_var=False,
+        alternative="greater",
+    )
+    return bool(test.pvalue < alpha)
+
+
 class FreshExploits:
     """Mixin for PBT and PB2: exploits that never thrash.
 
@@ -364,6 +443,8 @@ class FreshExploits:
     _trial_state: dict[Any, Any]
     _perturbation_interval: float
     _time_attr: str
+    # Welch's t-test at this level before a member is cloned over (None: no test).
+    exploit_alpha: float | None = None
 
     def _checkpoint_or_exploit(
         self,
@@ -377,11 +458,17 @@ class FreshExploits:
             start = int(getattr(state, "workbench_start", 0) or 0)
             interval = int(self._perturbation_interval)
             donors = []
+            ranked: dict[str, Stats] = self.__dict__.get("_ranked", {})
             for donor in upper_quantile:
                 donor_state = self._trial_state[donor]
                 # A tie is no evidence: a trial whose score equals the donor's (its
                 # copied window, no episode ended since) is not cloned over again.
                 if not donor_state.last_score > state.last_score:
+                    continue
+                # Nor is a difference within the evaluations' noise (exploit_test).
+                if self.exploit_alpha is not None and not clearly_better(
+                    ranked.get(donor.trial_id), ranked.get(trial.trial_id), self.exploit_alpha
+                ):
                     continue
                 now = int(donor_state.last_train_time)
                 checkpoint_at = self._donor_checkpoint_at(donor)
@@ -474,6 +561,9 @@ class FreshExploits:
         state.last_train_time = start
         state.workbench_start = start
         state.last_score = self._checkpoint_score(donor)
+        ranked: dict[str, Stats] = self.__dict__.setdefault("_ranked", {})
+        if trial_to_clone.trial_id in ranked:  # the weights it now has were judged so
+            ranked[trial.trial_id] = ranked[trial_to_clone.trial_id]
 
     def _checkpoint_score(self, donor: Any) -> Any:
         """The score of the weights the donor's checkpoint holds: that of the result it
@@ -558,10 +648,15 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     space = resolved.tune_space
     # PBT's exploit/explore choices use Python's global random module.
     random.seed(exp.seed)
+    if section.type in ("pbt", "pb2"):
+        # Decisions wait for a result with the metric: with rank_on: evaluation, one
+        # with a fresh short evaluation of the member's policy.
+        ranked = CANDIDATE_RETURN_METRIC if section.rank_on == "evaluation" else SCORE_METRIC
+        alpha = section.exploit_alpha if section.exploit_test == "welch" else None
     if section.type == "pbt":
         pbt = WorkbenchPBT(
             time_attr=TIME_ATTR,
-            metric=SCORE_METRIC,
+            metric=ranked,
             mode="max",
             perturbation_interval=section.perturbation_interval,
             burn_in_period=section.burn_in_period,
@@ -577,11 +672,12 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         )
         pbt._hyperparam_keys = tuple(space)
         pbt._space = dict(space)
+        pbt.exploit_alpha = alpha
         return pbt
     if section.type == "pb2":
         pb2 = WorkbenchPB2(
             time_attr=TIME_ATTR,
-            metric=SCORE_METRIC,
+            metric=ranked,
             mode="max",
             perturbation_interval=section.perturbation_interval,
             quantile_fraction=section.quantile_fraction,
@@ -595,6 +691,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             synch=section.synch,
         )
         pb2._hyperparam_keys = tuple(space)
+        pb2.exploit_alpha = alpha
         return pb2
     if section.type == "replay":
         return replay_scheduler(resolved)
@@ -616,8 +713,16 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
     seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
         # Its study in the results folder (optuna.db), which Optuna's tools open.
+        # The study's value of a trial: its best short evaluation, the figure that
+        # nominates the population's result (its training score without evaluations).
+        metric = CANDIDATE_BEST_METRIC if exp.evaluation.every else SCORE_METRIC
         searcher: Searcher = StudySearch(
-            resolved.results_dir, exp.name, metric=SCORE_METRIC, mode="max", seed=seed
+            resolved.results_dir,
+            exp.name,
+            metric=metric,
+            mode="max",
+            seed=seed,
+            n_startup_trials=exp.search.startup_trials,
         )
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)

@@ -26,6 +26,7 @@ from workbench.run.progress import (
     metric_label,
     number,
 )
+from workbench.trial.candidates import PopulationResult
 
 
 @dataclass
@@ -42,6 +43,10 @@ class RunSummary:
     # The best trial's last checkpoint rolled out (evaluation.at_end), or why it was not.
     evaluation: Any = None  # workbench.evaluate.Evaluation
     evaluation_note: str | None = None
+    # The population's result (workbench.run.population_result), when one was chosen.
+    result: PopulationResult | None = None
+    # The trial whose confirmed evaluation met the return target (its name).
+    reached_by: str | None = None
     # What the stop on the return target saw: the trial's score and its confirming
     # evaluation (workbench.run.stopping.RulesStopper.reached); empty when none was met.
     confirmation: dict[str, float] = field(default_factory=dict)
@@ -63,8 +68,9 @@ class RunSummary:
             why = f": {self.stop_reason}" if self.stop_reason else ""
             out.append(f"Stopped after {clock(self.wall_time_s)} (wall time){why}")
         if self.best is not None:
+            role = "Member holding the result" if self.result is not None else "Best trial"
             out.append(
-                f"Best trial {self.best.name}: {metric_label(self.best.return_metric)} "
+                f"{role} {self.best.name}: {metric_label(self.best.return_metric)} "
                 f"{self.best.best_return:.1f} "
                 f"(last {self.best.last_return:.1f}) after {self.best.iteration} iterations, "
                 f"{self.best.env_steps} env steps"
@@ -76,17 +82,23 @@ class RunSummary:
                     out.append(f"  {iteration:>4}: {shown}")
         else:
             out.append("No trial reported a return (no episode finished).")
-        if self.evaluation is not None:
+        if self.result is not None and self.evaluation is not None:
+            r = self.result
+            which = "its final policy" if r.final else f"its policy of iteration {r.iteration}"
             logged = "; logged to its MLflow run as eval/*" if self.evaluation.run_id else ""
             out.append(
-                f"Evaluated {self.best.name if self.best else 'the best trial'} "
-                f"(checkpoint of iteration {self.evaluation.training_iteration}): "
+                f"The population's result: {r.trial_name}, {which}: "
                 f"{self.evaluation.summary()}{logged}"
+            )
+            out.append(
+                f"  chosen from {r.candidates} candidates (the best of {len(r.confirmed)} "
+                f"confirmed); evaluations took {r.eval_env_steps:,} env steps, "
+                f"{r.eval_time_s:.1f} s; `workbench eval {self.name}` rolls it out again"
             )
         if self.evaluation_note:
             out.append(self.evaluation_note)
         if self.confirmation:
-            out.append(confirmation_line(self.confirmation, self.best.name if self.best else None))
+            out.append(confirmation_line(self.confirmation, self.reached_by))
         out.append(f"Results: {self.results_dir}")
         if self.interrupted:
             unfinished = sum(t.status not in ("TERMINATED", "ERROR") for t in self.trials)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from mlflow.entities import Metric
+from mlflow.entities import Metric, RunTag
 
 from workbench.names import (
     POPULATION_BEST_EVAL_METRIC,
@@ -22,7 +22,17 @@ from workbench.names import (
     POPULATION_ERRORS_METRIC,
     POPULATION_TRIALS_METRIC,
     POPULATION_WALL_TIME_METRIC,
+    RESULT_CHECKPOINT_TAG,
+    RESULT_EPISODES_METRIC,
+    RESULT_EVAL_ENV_STEPS_METRIC,
+    RESULT_EVAL_TIME_METRIC,
+    RESULT_ITERATION_TAG,
+    RESULT_RETURN_METRIC,
+    RESULT_STD_METRIC,
+    RESULT_TRIAL_ID_TAG,
+    RESULT_TRIAL_TAG,
 )
+from workbench.trial.candidates import PopulationResult
 
 
 @dataclass
@@ -58,3 +68,31 @@ def log_population_summary(
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in written.items()])
     return written
+
+
+def log_population_result(client: Any, run_id: str, result: PopulationResult) -> None:
+    """The population's result on its parent run: ``result/*`` metrics (its confirming
+    evaluation and what choosing it cost) and ``workbench.result.*`` tags (whose policy,
+    of which iteration, where its checkpoint lies in the results folder), which the
+    inspection commands read (`workbench.analysis.populations`)."""
+    now = int(time.time() * 1000)
+    metrics = {
+        RESULT_RETURN_METRIC: result.return_mean,
+        RESULT_STD_METRIC: result.return_std,
+        RESULT_EPISODES_METRIC: float(result.episodes),
+        RESULT_EVAL_ENV_STEPS_METRIC: float(result.eval_env_steps),
+        RESULT_EVAL_TIME_METRIC: result.eval_time_s,
+        # The figure the population's summary sorts on is the result's.
+        POPULATION_BEST_EVAL_METRIC: result.return_mean,
+    }
+    tags = {
+        RESULT_TRIAL_ID_TAG: result.trial_id,
+        RESULT_TRIAL_TAG: result.trial_name,
+        RESULT_ITERATION_TAG: str(result.iteration),
+        RESULT_CHECKPOINT_TAG: result.checkpoint,
+    }
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)],
+        tags=[RunTag(k, v) for k, v in tags.items()],
+    )

@@ -55,6 +55,7 @@ from workbench.names import (
     SCORE_METRIC,
     SCORE_STD_METRIC,
 )
+from workbench.trial.candidates import CandidateSettings
 from workbench.trial.observation_filter import ObservationStats
 from workbench.trial.rollout import Policy, rollout, torch_actor
 
@@ -71,6 +72,7 @@ ENV_RUNNERS = "env_runners"
 # The window in a checkpoint folder (listed in its manifest like every other file).
 SCORE_FILE = "workbench_score.json"
 EVAL_TIME_METRIC = EVAL_METRIC_PREFIX + "time_s"
+EVAL_ENV_STEPS_METRIC = EVAL_METRIC_PREFIX + "env_steps"
 # The most envs one evaluation steps at once (more episodes: batches of this many).
 MAX_ENVS = 1024
 
@@ -89,6 +91,8 @@ class ScoreSettings:
     eval_from: float | None = None
     deterministic: bool = True
     eval_seed: int = 0
+    # The short evaluations that find the population's result (workbench.trial.candidates).
+    candidates: CandidateSettings = CandidateSettings()  # noqa: RUF009 (frozen)
 
     @property
     def confirms(self) -> bool:
@@ -255,7 +259,7 @@ def evaluate_module(
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.eval_seed)
-        returns, _ = rollout(
+        returns, lengths = rollout(
             torch_actor(policy),
             env_id,
             env_config,
@@ -269,6 +273,7 @@ def evaluate_module(
         EVAL_STD_METRIC: float(values.std()),
         EVAL_EPISODES_METRIC: float(len(values)),
         EVAL_TIME_METRIC: time.perf_counter() - start,
+        EVAL_ENV_STEPS_METRIC: float(sum(lengths)),
     }
 
 
@@ -281,4 +286,9 @@ def score_settings(experiment: Experiment) -> ScoreSettings:
         eval_from=experiment.stop.eval_from,
         deterministic=experiment.evaluation.deterministic,
         eval_seed=experiment.seed,
+        candidates=CandidateSettings(
+            every=experiment.evaluation.every,
+            episodes=experiment.evaluation.short_episodes,
+            keep=experiment.evaluation.keep,
+        ),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,24 @@ from ray.train import Checkpoint
 from ray.train._internal.session import _TrainingResult
 from ray.tune.result import TRIAL_INFO
 
-from workbench.names import CHECKPOINT_FALLBACK_KEY, EVAL_RETURN_METRIC
+from workbench.names import (
+    CHECKPOINT_FALLBACK_KEY,
+    EVAL_EPISODES_METRIC,
+    EVAL_RETURN_METRIC,
+    EVAL_STD_METRIC,
+    STEPS_METRIC,
+)
 from workbench.trial.callbacks import WorkbenchCallbacks
+from workbench.trial.candidates import (
+    CANDIDATE_BEST_METRIC,
+    CANDIDATE_EPISODES_METRIC,
+    CANDIDATE_RETURN_METRIC,
+    CANDIDATE_STD_METRIC,
+    SHORT_EVAL_SEED_OFFSET,
+    Evaluated,
+)
+from workbench.trial.candidates import kept as kept_candidates
+from workbench.trial.candidates import record as record_candidate
 from workbench.trial.manifest import (
     CheckpointDamaged,
     policy_settings,
@@ -27,6 +44,8 @@ from workbench.trial.manifest import (
 )
 from workbench.trial.observation_filter import runner_stats
 from workbench.trial.score import (
+    EVAL_ENV_STEPS_METRIC,
+    EVAL_TIME_METRIC,
     ScoreSettings,
     ScoreWindow,
     evaluate_module,
@@ -105,6 +124,8 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
         # with the next result (the driver prints it and tags the trial's MLflow run).
         _checkpoint_note: str | None = None
         score_settings = score
+        # The trial's best kept candidate's short evaluation (None: not read yet).
+        _candidate_best: float | None = None
 
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
             # A new trial's window, or the one a restore brings (reset_config, resume).
@@ -215,13 +236,84 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 metrics.update(evaluation)
                 if evaluation[EVAL_RETURN_METRIC] < target:
                     window.refused()
+            if settings.candidates.due(self.iteration):
+                metrics.update(self._candidate(result))
+            elif settings.candidates.active:
+                best = self._best_candidate()
+                if best is not None:  # in every result: what Optuna's study is told
+                    metrics[CANDIDATE_BEST_METRIC] = best
             for group, values in nested(metrics).items():
                 result.setdefault(group, {}).update(values)
             return result
 
+        def _candidate(self, result: dict[str, Any]) -> dict[str, float]:
+            """A short evaluation of the current policy: candidate/* metrics, and the
+            policy kept as a candidate for the population's result when it ranks among
+            the trial's best (workbench.trial.candidates)."""
+            settings = self.score_settings.candidates
+            evaluation = self.evaluate_short()
+            trial_dir = self._trial_dir()
+            if trial_dir is None:
+                return {}
+            steps = result.get(STEPS_METRIC, 0)
+            evaluated = Evaluated(
+                trial_id=self.trial_id,
+                iteration=int(self.iteration),
+                return_mean=float(evaluation[EVAL_RETURN_METRIC]),
+                return_std=float(evaluation.get(EVAL_STD_METRIC, 0.0)),
+                episodes=int(evaluation.get(EVAL_EPISODES_METRIC, settings.episodes)),
+                env_steps=int(evaluation.get(EVAL_ENV_STEPS_METRIC, 0)),
+                time_s=float(evaluation.get(EVAL_TIME_METRIC, 0.0)),
+                trained_env_steps=int(steps) if isinstance(steps, int | float) else 0,
+            )
+            record_candidate(trial_dir, evaluated, settings.keep, self._save_candidate)
+            self._candidate_best = None  # read again from the trial's folder
+            best = self._best_candidate()
+            return {
+                CANDIDATE_RETURN_METRIC: evaluated.return_mean,
+                CANDIDATE_STD_METRIC: evaluated.return_std,
+                CANDIDATE_EPISODES_METRIC: float(evaluated.episodes),
+                CANDIDATE_BEST_METRIC: evaluated.return_mean if best is None else best,
+            }
+
+        def _best_candidate(self) -> float | None:
+            """The best short evaluation of the trial's kept candidates (None: none yet)."""
+            if self._candidate_best is None:
+                trial_dir = self._trial_dir()
+                best = kept_candidates(trial_dir) if trial_dir is not None else []
+                self._candidate_best = best[0][1].return_mean if best else None
+            return self._candidate_best
+
+        def _save_candidate(self, folder: Path) -> None:
+            self.save_checkpoint(str(folder))
+
+        def _trial_dir(self) -> Path | None:
+            """The trial's folder in the results folder (the workbench's storage is a
+            path every node sees: the pre-flight checks it)."""
+            storage = getattr(self, "_storage", None)
+            try:
+                return Path(storage.trial_fs_path) if storage is not None else None
+            except Exception:  # no trial folder set (a trainable built outside Tune)
+                return None
+
+        def evaluate_short(self) -> dict[str, float]:
+            """The current policy over the short evaluation's episodes (eval/* keys);
+            tests put a stub evaluation in its place."""
+            candidates = self.score_settings.candidates
+            return self._evaluate(
+                replace(
+                    self.score_settings,
+                    eval_episodes=candidates.episodes,
+                    eval_seed=self.score_settings.eval_seed + SHORT_EVAL_SEED_OFFSET,
+                )
+            )
+
         def evaluate_for_stop(self) -> dict[str, float]:
             """The current policy over the stop's evaluation episodes (eval/* metrics);
             tests put a stub evaluation in its place."""
+            return self._evaluate(self.score_settings)
+
+        def _evaluate(self, settings: ScoreSettings) -> dict[str, float]:
             config = self.config
             env_id = config.env if isinstance(config.env, str) else str(config.env)
             return evaluate_module(
@@ -230,7 +322,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 env_config=dict(config.env_config),
                 normalize_actions=bool(config.normalize_actions),
                 clip_actions=bool(config.clip_actions),
-                settings=self.score_settings,
+                settings=settings,
                 observation_filter=runner_stats(self),
             )
 
