@@ -1,45 +1,48 @@
 """Scheduler shoot-out: PBT, PB2, ASHA+Optuna and random search at an equal env-step budget
-per task, on the proving-ground tasks where schedules should matter.
+per task, judged by the agent each population hands its user.
 
 Usage::
 
-    .venv/bin/python benchmarks/scheduler_shootout.py --task mountaincar --seeds 0,1,2
-    .venv/bin/python benchmarks/scheduler_shootout.py --task lunarlander --seeds 0,1,2
-    .venv/bin/python benchmarks/scheduler_shootout.py --arms pbt,pbt_interval2   # burn-in/interval
+    .venv/bin/python benchmarks/scheduler_shootout.py --task mountaincar --seeds dev:10-13 \
+        --arms pbt,pbt_score,random --root /tmp/dev-mc          # developing defaults
+    .venv/bin/python benchmarks/scheduler_shootout.py --task mountaincar --seeds report \
+        --root results/shootout-mc --plot mc.png                # the report, resumable
     .venv/bin/python benchmarks/scheduler_shootout.py --quick    # a smoke run (the test)
 
-Method:
+Protocol:
 
+* Seeds. Defaults are developed and chosen on seeds 0-49 (``dev``); the report uses
+  seeds 100-109 (``report``) only, after the defaults are frozen. Any other seed is
+  held out, for checks made outside the project; the script labels every seed so.
 * A task is a shipped experiment (``experiments/mountaincar_continuous_pbt.yaml``,
   ``experiments/lunarlander_pb2.yaml``) and its search space; every arm runs it with
   ``workbench run`` in a subprocess, changing only the scheduler and the searcher.
-* Equal budget: ``--budget`` env steps in all per run, split as each arm spends it.
-  ``pbt``, ``pbt_interval2`` and ``pb2``: ``--population`` members, each stopped at
-  budget/population env steps (``stop.env_steps``: a member's lineage's steps, so an
-  exploit that restores an older or newer donor moves that count); ``random``: the same
-  members with random draws and no scheduler (FIFO); ``asha_optuna``: twice the members,
-  suggested by Optuna's TPE, ``population`` at a time, ASHA rungs at max_t/4, max_t/2 and
-  max_t (max_t = a member's iterations, reduction factor 2), which spends
-  2P x max_t/4 + P x max_t/4 + P/2 x max_t/2 = P x max_t iterations if every rung fills.
-  Asynchronous rungs do not fill that way (ASHA spent 1.6-1.75x the budget), so every
-  arm also ends once its trials have sampled the budget together
-  (``stop.population_env_steps``): no arm spends more than the budget and the
-  iterations in flight when it ran out. Nothing stops on the return target
-  (``stop.return_mean`` off); the table shows the env steps each actually sampled.
-* Arms interleaved: per seed every arm, their order rotating from seed to seed.
-* Per run: each member's final checkpoint evaluated over ``--episodes`` episodes
-  (``workbench.policy.evaluate``, deterministic, seeds 10000 + ...); "best" is the
-  evaluation of the member with the best final training score (picked on training,
-  not on the evaluation), "median" the median of all members' evaluations.
-* The anytime curve: every arm checkpoints every ``CURVE_EVERY`` iterations and keeps them
-  all; after the run each checkpoint is evaluated over ``--curve-episodes`` episodes
-  (deterministic, seeds 20000 + ...) and placed at the env steps the whole population had
-  sampled when it was written (the result row it was saved after). The curve is the best
-  evaluated return of any checkpoint so far against those env steps, one line per run, as
-  a PNG. A maximum over noisy few-episode evaluations leans high, alike for every arm;
-  the table's final evaluations are the unbiased figures.
-* Exploits from each PBT/PB2 run's lineage.jsonl: how many, and the first few (target,
-  donor, iteration) to say why a population won or lost.
+  ``pbt`` and ``pb2`` run with the workbench's shipped defaults (ranking on short
+  evaluations, Welch's test before an exploit); ``pbt_score`` is PBT as it was before
+  them (the training window ranks, any higher score clones), kept for development.
+* Equal budget: ``--budget`` env steps in all per run. ``pbt``, ``pbt_score``, ``pb2``
+  and ``random`` (FIFO with random draws): ``--population`` members, each stopped at
+  budget/population env steps; ``asha_optuna``: twice the members, suggested by
+  Optuna's TPE (modelling after 3 trials), ``population`` at a time, ASHA rungs at
+  max_t/4, max_t/2 and max_t. Every arm also ends once its trials have sampled the
+  budget together (``stop.population_env_steps``). Nothing stops on a return target.
+  Every arm evaluates its members the same way (``evaluation.every``), and the env
+  steps those evaluations take are reported beside the budget, not taken from it.
+* What is scored: the population's result (`workbench.run.population_result`: the
+  best policy any member produced, nominated by short evaluations and confirmed over
+  100 episodes by the run itself), the same rule for every arm. Second row: each
+  member's final policy over ``--episodes`` episodes (seeds 10000 + ...), their median.
+  Beside the result: the best short evaluation the run recorded (the result must not
+  fall below it by more than the evaluations' noise).
+* Report: per task and arm, the median and IQM over seeds; against random search the
+  paired per-seed differences (median and mean with 95% bootstrap intervals) and the
+  probability of improvement (benchmarks/shootout_stats.py says how).
+* Resumable: with ``--root DIR`` each finished run leaves ``<arm>-seed<N>.measure.json``
+  there and is not run again; ``--measure-again`` re-reads the kept runs under ROOT.
+* The anytime curve: the best short evaluation any member had made so far (what the
+  result would be nominated from) against the env steps the whole population had
+  sampled by then, one line per run, as a PNG.
+* Exploits from each PBT/PB2 run's lineage.jsonl: how many, and the first few.
 """
 
 from __future__ import annotations
@@ -49,11 +52,10 @@ import datetime
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +71,44 @@ from benchmarks.common import (
     spread,
     workbench_command,
 )
+from benchmarks.shootout_stats import (
+    improvement,
+    iqm,
+    iqm_interval,
+    mean_difference,
+    median_difference,
+)
 
 TASKS = {
     "mountaincar": ROOT / "experiments" / "mountaincar_continuous_pbt.yaml",
     "lunarlander": ROOT / "experiments" / "lunarlander_pb2.yaml",
 }
-ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_interval2")
+ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_score")
 DEFAULT_ARMS = ("pbt", "pb2", "asha_optuna", "random")
-SCORE = ("score", "return_mean")
-CURVE_EVERY = 4  # iterations between the checkpoints the anytime curve evaluates
-KEEP_ALL = 100_000  # checkpoint.keep: every checkpoint stays for the curve
+ANCHOR = "random"
+DEV_SEEDS = range(0, 50)
+REPORT_SEEDS = range(100, 110)
+
+
+def seed_set(seed: int) -> str:
+    if seed in DEV_SEEDS:
+        return "development"
+    if seed in REPORT_SEEDS:
+        return "report"
+    return "held-out"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``report`` (100-109), ``dev:A-B`` (within 0-49), or a list ``7,8,9``."""
+    if text == "report":
+        return list(REPORT_SEEDS)
+    if text.startswith("dev:"):
+        first, _, last = text[4:].partition("-")
+        seeds = list(range(int(first), int(last or first) + 1))
+        if not all(s in DEV_SEEDS for s in seeds):
+            raise ValueError(f"development seeds are {DEV_SEEDS.start}-{DEV_SEEDS.stop - 1}")
+        return seeds
+    return [int(s) for s in text.split(",") if s.strip()]
 
 
 @dataclass(frozen=True)
@@ -97,30 +127,28 @@ class Budget:
 
 
 def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -> list[str]:
-    """The `--set`s that make the task's experiment into this arm (see Method)."""
+    """The `--set`s that make the task's experiment into this arm (see Protocol)."""
     common = [
         f"seed={seed}",
         "stop.return_mean=null",
         "stop.wall_time_s=null",
-        "evaluation.at_end=none",
+        "evaluation.at_end=best",
         f"stop.population_env_steps={budget.total_env_steps}",
-        f"checkpoint.frequency={CURVE_EVERY}",
-        f"checkpoint.keep={KEEP_ALL}",
     ]
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
-    if arm in ("pbt", "pbt_interval2"):
-        interval = 2 if arm == "pbt_interval2" else 4
+    if arm in ("pbt", "pbt_score"):
+        rules = ", rank_on: score, exploit_test: none" if arm == "pbt_score" else ""
         scheduler = (
-            f"scheduler={{type: pbt, perturbation_interval: {interval}, "
-            f"burn_in_period: {interval}, quantile_fraction: {quantile}}}"
+            f"scheduler={{type: pbt, perturbation_interval: 4, burn_in_period: 4, "
+            f"quantile_fraction: {quantile}{rules}}}"
         )
         # PBT clones the donor's newest checkpoint: one at every decision at least.
-        return [*common, *members, scheduler, f"checkpoint.frequency={interval}"]
+        return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "pb2":
         scheduler = (
             f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}}}"
         )
-        return [*common, *members, scheduler]
+        return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "random":
         return [*common, *members, "scheduler={type: fifo}", "search={type: random}"]
     if arm == "asha_optuna":
@@ -132,7 +160,7 @@ def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -
             f"max_concurrent={budget.population}",
             f"stop.iterations={max_t}",
             f"scheduler={{type: asha, max_t: {max_t}, grace_period: {grace}, reduction_factor: 2}}",
-            f"search={{type: optuna, seed: {seed}}}",
+            f"search={{type: optuna, seed: {seed}, startup_trials: 3}}",
         ]
     raise ValueError(f"no arm {arm!r}; arms: {', '.join(ARMS)}")
 
@@ -145,96 +173,62 @@ class Run:
     wall_s: float
     env_steps: float = 0.0
     members: int = 0
-    best_eval: float = math.nan
-    median_eval: float = math.nan
-    best_member: str = ""
+    # The population's result: its member, iteration and confirming evaluation.
+    result: float = math.nan
+    result_member: str = ""
+    result_iteration: int = 0
+    # The best short evaluation any member recorded during the run.
+    best_short: float = math.nan
+    median_final: float = math.nan  # the members' final policies, their median
+    eval_env_steps: float = 0.0
+    eval_time_s: float = 0.0
     exploits: int = 0
     exploit_notes: list[str] = field(default_factory=list)
-    checkpoints: int = 0  # evaluated for the curve
-    # (population env steps, best evaluated return so far), one point per checkpoint.
-    curve: list[tuple[float, float]] = field(default_factory=list)
+    # (population env steps, best short evaluation so far).
+    curve: list[list[float]] = field(default_factory=list)
 
 
-def checkpoint_steps(
+def short_evaluation_curve(
     results_dir: Path, trials: dict[str, list[dict[str, Any]]]
-) -> list[tuple[float, Path]]:
-    """Every kept checkpoint of the run with the env steps the population had sampled when
-    it was written: the cumulative env steps of all result rows (in time order) through
-    the row it was saved after, i.e. its trial's latest row of the checkpoint's iteration
-    reported by the time its manifest was written (a PBT member repeats iterations after
-    an exploit, so the time tells which one)."""
-    from workbench.policy.checkpoint import read_checkpoint, trial_checkpoints
-    from workbench.trial.manifest import MANIFEST_FILE
+) -> tuple[list[list[float]], float]:
+    """The best short evaluation made so far against the env steps the whole population
+    had sampled when it was made (its result rows up to that moment, by timestamp), and
+    the best of all."""
+    from workbench.trial.candidates import evaluations
 
-    ordered = sorted(
-        (
-            (float(row.get("timestamp", 0)), name, i, row)
-            for name, rows in trials.items()
-            for i, row in enumerate(rows)
-        ),
-        key=lambda item: (item[0], item[1], item[2]),
+    rows = sorted(
+        (float(row.get("timestamp", 0)), number_at(row, "env_runners", "num_env_steps_sampled"))
+        for rows in trials.values()
+        for row in rows
     )
-    cumulative: dict[tuple[str, int], tuple[float, float]] = {}  # (trial, row) -> (time, steps)
-    steps = 0.0
-    for stamp, name, i, row in ordered:
-        steps += number_at(row, "env_runners", "num_env_steps_sampled") or 0.0
-        cumulative[(name, i)] = (stamp, steps)
-    points = []
-    for name, rows in trials.items():
-        for path in trial_checkpoints(results_dir / name):
-            iteration = read_checkpoint(path).training_iteration
-            manifest = path / MANIFEST_FILE
-            written = manifest.stat().st_mtime if manifest.is_file() else math.inf
-            # Tune's timestamps are whole seconds: a row of the same second counts.
-            matches = [
-                cumulative[(name, i)][1]
-                for i, row in enumerate(rows)
-                if row.get("training_iteration") == iteration
-                and cumulative[(name, i)][0] <= written + 1
-            ]
-            if matches:
-                points.append((matches[-1], path))
-    return sorted(points, key=lambda point: point[0])
+    done = sorted(
+        (e for name in trials for e in evaluations(results_dir / name)), key=lambda e: e.at
+    )
+    curve, best, steps, i = [], -math.inf, 0.0, 0
+    for evaluation in done:
+        # Tune's timestamps are whole seconds: a row of the same second counts.
+        while i < len(rows) and rows[i][0] <= evaluation.at + 1:
+            steps += rows[i][1] or 0.0
+            i += 1
+        best = max(best, evaluation.return_mean)
+        curve.append([steps, best])
+    return curve, (best if done else math.nan)
 
 
-def evaluated_curve(
-    points: list[tuple[float, Path]], episodes: int, seed: int
-) -> list[tuple[float, float]]:
-    """The best evaluated return of any checkpoint so far, at each checkpoint's env steps."""
-    from workbench.policy.checkpoint import read_checkpoint
-    from workbench.policy.evaluate import evaluate_checkpoint
-
-    best, curve = -math.inf, []
-    for steps, path in points:
-        evaluation = evaluate_checkpoint(
-            read_checkpoint(path), episodes=episodes, seed=20_000 + seed
-        )
-        best = max(best, float(statistics.fmean(evaluation.returns)))
-        curve.append((steps, best))
-    return curve
-
-
-def _evaluate(results_dir: Path, episodes: int, seed: int) -> dict[str, float]:
-    """Each member's final checkpoint over `episodes` episodes: trial folder -> mean return."""
+def _final_evaluations(results_dir: Path, episodes: int, seed: int) -> dict[str, float]:
+    """Each member's final policy over `episodes` episodes: trial folder -> mean return."""
     from workbench.policy.checkpoint import find_checkpoint, read_checkpoint
     from workbench.policy.evaluate import evaluate_checkpoint
 
     out = {}
     for trial_dir in sorted(p for p in results_dir.iterdir() if (p / "result.json").is_file()):
         try:
-            # The policy the member held at the end: a member exploited as the budget ran
-            # out holds the donor checkpoint it was handed (handed_checkpoint).
+            # A member exploited as the budget ran out holds the donor checkpoint it was
+            # handed (handed_checkpoint).
             checkpoint = read_checkpoint(find_checkpoint(trial_dir))
         except Exception as err:  # a member without a checkpoint: say so, go on
             print(f"  {trial_dir.name}: no checkpoint to evaluate ({err})", flush=True)
             continue
-        if checkpoint.path.parent.name != trial_dir.name:
-            print(
-                f"  {trial_dir.name}: evaluated on {checkpoint.path.parent.name}'s checkpoint "
-                f"of iteration {checkpoint.training_iteration}, handed to it by its last "
-                "exploit as the run ended",
-                flush=True,
-            )
         evaluation = evaluate_checkpoint(checkpoint, episodes=episodes, seed=10_000 + seed)
         out[trial_dir.name] = float(statistics.fmean(evaluation.returns))
     return out
@@ -255,6 +249,10 @@ def _lineage(results_dir: Path) -> tuple[int, list[str]]:
     return len(records), notes
 
 
+def _name(arm: str, seed: int) -> str:
+    return f"{arm}-seed{seed}"
+
+
 def run_once(
     task: Path,
     arm: str,
@@ -264,9 +262,8 @@ def run_once(
     episodes: int,
     extra: list[str],
     quantile: float = 0.25,
-    curve_episodes: int = 10,
 ) -> Run:
-    name = f"{arm}-seed{seed}"
+    name = _name(arm, seed)
     storage = root / name
     log = root / f"{name}.log"
     sets = [*arm_overrides(arm, budget, seed, quantile), f"storage={storage}", *extra]
@@ -278,31 +275,48 @@ def run_once(
         "--name",
         name,
     ]
-    print(f"seed {seed}, {arm}: {' '.join(command)}", flush=True)
+    print(f"seed {seed} ({seed_set(seed)}), {arm}: {' '.join(command)}", flush=True)
     returncode, _, wall = run_logged(command, log)
     run = Run(seed, arm, returncode, wall)
     (root / f"{name}.run.json").write_text(json.dumps({"returncode": returncode, "wall_s": wall}))
     if returncode != 0:
         print_log_tail(log, 15, f"  exit status {returncode}; the end of {log}:")
-    return measure(run, storage / name, episodes, curve_episodes)
+    return measure(run, storage / name, episodes)
 
 
-def measure_again(root: Path, arm: str, seed: int, episodes: int, curve_episodes: int) -> Run:
-    """A kept run (``--keep``) measured again, without training: its evaluations, curve
-    and lineage as the workbench reads them now. Its exit status and wall time are those
+def finished(root: Path, arm: str, seed: int) -> Run | None:
+    """A run an earlier sitting finished and measured under ``root`` (None: none)."""
+    path = root / f"{_name(arm, seed)}.measure.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    print(f"seed {seed} ({seed_set(seed)}), {arm}: done in an earlier sitting", flush=True)
+    return Run(**data)
+
+
+def save(root: Path, run: Run) -> None:
+    path = root / f"{_name(run.arm, run.seed)}.measure.json"
+    path.write_text(json.dumps(asdict(run)))
+
+
+def measure_again(root: Path, arm: str, seed: int, episodes: int) -> Run:
+    """A kept run measured again, without training: its result, evaluations, curve and
+    lineage as the workbench reads them now. Its exit status and wall time are those
     the run recorded (unknown for a run kept before they were: shown as -)."""
-    name = f"{arm}-seed{seed}"
+    name = _name(arm, seed)
     record = root / f"{name}.run.json"
     saved = json.loads(record.read_text()) if record.is_file() else {}
     run = Run(seed, arm, int(saved.get("returncode", 0)), float(saved.get("wall_s", math.nan)))
     print(f"seed {seed}, {arm}: measured again from {root / name}", flush=True)
-    return measure(run, root / name / name, episodes, curve_episodes)
+    return measure(run, root / name / name, episodes)
 
 
-def measure(run: Run, results_dir: Path, episodes: int, curve_episodes: int) -> Run:
-    """A finished run's figures: members, env steps, the evaluated curve, each member's
-    final evaluation, the best and median, and the exploits from its lineage."""
-    seed, wall = run.seed, run.wall_s
+def measure(run: Run, results_dir: Path, episodes: int) -> Run:
+    """A finished run's figures: members, env steps, its result, the best short
+    evaluation it recorded, each member's final evaluation and their median, the curve
+    and the exploits from its lineage."""
+    from workbench.trial.candidates import read_result
+
     if not results_dir.is_dir():
         return run
     trials = read_trials(results_dir)
@@ -312,29 +326,25 @@ def measure(run: Run, results_dir: Path, episodes: int, curve_episodes: int) -> 
         for rows in trials.values()
         for row in rows
     )
-    points = checkpoint_steps(results_dir, trials)
-    run.checkpoints = len(points)
-    run.curve = evaluated_curve(points, curve_episodes, seed)
-    evals = _evaluate(results_dir, episodes, seed)
-    finals = {
-        name: score
-        for name, rows in trials.items()
-        if rows and (score := number_at(rows[-1], *SCORE)) is not None and name in evals
-    }
+    run.curve, run.best_short = short_evaluation_curve(results_dir, trials)
+    result = read_result(results_dir)
+    if result is None:
+        print("  no population's result recorded", flush=True)
+    else:
+        run.result = result.return_mean
+        run.result_member, run.result_iteration = result.trial_name, result.iteration
+        run.eval_env_steps, run.eval_time_s = result.eval_env_steps, result.eval_time_s
+    finals = _final_evaluations(results_dir, episodes, run.seed)
     if finals:
-        run.best_member = max(finals, key=lambda n: finals[n])
-        run.best_eval = evals[run.best_member]
-    else:  # chosen by its score, as a user would: none to choose by (no episode ended)
-        print("  no member had a training score at its end: no best member", flush=True)
-    if evals:
-        run.median_eval = statistics.median(evals.values())
-        shown = ", ".join(f"{name} {value:.1f}" for name, value in sorted(evals.items()))
-        print(f"  members: {shown}", flush=True)
+        run.median_final = statistics.median(finals.values())
+        shown = ", ".join(f"{name} {value:.1f}" for name, value in sorted(finals.items()))
+        print(f"  members' final policies: {shown}", flush=True)
     run.exploits, run.exploit_notes = _lineage(results_dir)
     print(
-        f"  {_cell(wall, '.0f')} s, {run.env_steps:,.0f} env steps, best member {run.best_member} "
-        f"eval {run.best_eval:.1f}, median {run.median_eval:.1f}, {run.exploits} exploits, "
-        f"{run.checkpoints} checkpoints on the curve",
+        f"  {_cell(run.wall_s, '.0f')} s, {run.env_steps:,.0f} env steps; result "
+        f"{_cell(run.result)} ({run.result_member} at {run.result_iteration}), best short "
+        f"evaluation {_cell(run.best_short)}, members' median {_cell(run.median_final)}, "
+        f"{run.exploits} exploits, evaluations {run.eval_env_steps:,.0f} env steps",
         flush=True,
     )
     return run
@@ -347,29 +357,72 @@ def _cell(value: float, fmt: str = ".1f") -> str:
 def report(runs: list[Run], arms: list[str], episodes: int) -> None:
     print()
     print(
-        f"| seed | arm | exit | members | wall s | env steps | best member's {episodes}-episode "
-        "eval | members' median eval | exploits |"
+        "| seed | set | arm | exit | members | wall s | env steps | result (100 ep.) | "
+        "result's member | best short eval | members' final median | eval env steps | "
+        "exploits |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for r in runs:
         print(
-            f"| {r.seed} | {r.arm} | {r.returncode} | {r.members} | {_cell(r.wall_s, '.0f')} | "
-            f"{r.env_steps:,.0f} | {_cell(r.best_eval)} | {_cell(r.median_eval)} | "
-            f"{r.exploits} |"
+            f"| {r.seed} | {seed_set(r.seed)} | {r.arm} | {r.returncode} | {r.members} | "
+            f"{_cell(r.wall_s, '.0f')} | {r.env_steps:,.0f} | {_cell(r.result)} | "
+            f"{r.result_member or '-'} @ {r.result_iteration} | {_cell(r.best_short)} | "
+            f"{_cell(r.median_final)} | {r.eval_env_steps:,.0f} | {r.exploits} |"
         )
     print()
-    print("median [min-max] over seeds:")
-    print("| arm | runs | env steps | best member's eval | members' median eval | wall s |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("per arm over seeds (IQM with a 95% bootstrap interval over seeds):")
+    print(
+        "| arm | runs | result: median | result: IQM | members' final median: median | "
+        "members' final median: IQM | wall s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for arm in arms:
         mine = [r for r in runs if r.arm == arm]
-        best = [r.best_eval for r in mine if not math.isnan(r.best_eval)]
-        median = [r.median_eval for r in mine if not math.isnan(r.median_eval)]
+        result = [r.result for r in mine]
+        final = [r.median_final for r in mine]
         print(
-            f"| {arm} | {len(mine)} | {spread([r.env_steps for r in mine], ',.0f')} | "
-            f"{spread(best)} | {spread(median)} | "
+            f"| {arm} | {len(mine)} | {_median(result)} | {iqm_interval(_finite(result)).text()} "
+            f"| {_median(final)} | {_cell(iqm(final))} | "
             f"{spread([r.wall_s for r in mine if not math.isnan(r.wall_s)], '.0f')} |"
         )
+    anchor = {r.seed: r for r in runs if r.arm == ANCHOR}
+    if not anchor:
+        return
+    print()
+    print(
+        f"against {ANCHOR} search, paired by seed (arm minus {ANCHOR}; 95% bootstrap "
+        "intervals over seeds; P(improvement): rliable's, with its interval):"
+    )
+    print(
+        "| arm | figure | seeds | per-seed differences | median difference | mean "
+        "difference | P(improvement) |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|")
+    for arm in arms:
+        if arm == ANCHOR:
+            continue
+        for label, get in (
+            ("result", lambda r: r.result),
+            ("members' final median", lambda r: r.median_final),
+        ):
+            pairs = [
+                (get(r), get(anchor[r.seed]))
+                for r in runs
+                if r.arm == arm
+                and r.seed in anchor
+                and math.isfinite(get(r))
+                and math.isfinite(get(anchor[r.seed]))
+            ]
+            if not pairs:
+                continue
+            mine, theirs = [a for a, _ in pairs], [b for _, b in pairs]
+            diffs = ", ".join(f"{a - b:+.1f}" for a, b in pairs)
+            print(
+                f"| {arm} | {label} | {len(pairs)} | {diffs} | "
+                f"{median_difference(mine, theirs).text()} | "
+                f"{mean_difference(mine, theirs).text()} | "
+                f"{improvement(mine, theirs).text('.2f')} |"
+            )
     for r in runs:
         if r.exploit_notes:
             shown = "; ".join(r.exploit_notes[:6])
@@ -377,8 +430,17 @@ def report(runs: list[Run], arms: list[str], episodes: int) -> None:
             print(f"exploits, {r.arm} seed {r.seed}: {shown}{more}")
 
 
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _median(values: list[float]) -> str:
+    finite = _finite(values)
+    return _cell(statistics.median(finite)) if finite else "-"
+
+
 def plot(runs: list[Run], arms: list[str], path: Path, title: str) -> None:
-    """The anytime curves (evaluated_curve) of every run, coloured by arm."""
+    """The anytime curves (short_evaluation_curve) of every run, coloured by arm."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -391,7 +453,7 @@ def plot(runs: list[Run], arms: list[str], path: Path, title: str) -> None:
             xs, ys = zip(*r.curve, strict=True)
             ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, label=arm if j == 0 else None)
     ax.set_xlabel("population env steps")
-    ax.set_ylabel("best evaluated return so far")
+    ax.set_ylabel("best short evaluation so far")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -404,32 +466,43 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), default="mountaincar")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"of {', '.join(ARMS)}")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--seeds",
+        default="dev:0-2",
+        help="'report' (seeds 100-109, after the defaults are frozen), 'dev:A-B' (within "
+        "0-49), or a list such as 7,8,9 (held out: checks outside the project)",
+    )
     parser.add_argument("--budget", type=int, default=400_000, help="env steps per run")
     parser.add_argument("--population", type=int, default=4)
-    parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
+    parser.add_argument("--episodes", type=int, default=100, help="final evaluation episodes")
     parser.add_argument("--plot", type=Path, default=None, help="the anytime curve's PNG")
-    parser.add_argument(
-        "--curve-episodes", type=int, default=10, help="episodes per checkpoint on the curve"
-    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY.PATH=VALUE", help="passed on to run"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
-    parser.add_argument("--keep", action="store_true", help="keep the results folders")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="keep every run under this folder; a run already finished there is not run "
+        "again (spread a report over several sittings)",
+    )
     parser.add_argument(
         "--measure-again",
         type=Path,
         default=None,
         metavar="ROOT",
-        help="measure the runs a --keep run left under ROOT again, without training",
+        help="measure the runs kept under ROOT again, without training",
     )
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
         parser.error(f"--arms: no arm {unknown}; arms: {', '.join(ARMS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as err:
+        parser.error(f"--seeds: {err}")
     task = TASKS[args.task]
     import yaml
 
@@ -438,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     steps_per_iteration = int(training.get("train_batch_size_per_learner", 4000))
     if args.quick:
         # Two members, four iterations of 512 env steps on 2 envs each: an episode (999
-        # steps on MountainCar at most) ends in every env.
-        seeds, args.population, args.episodes, args.curve_episodes = seeds[:1], 2, 5, 2
+        # steps on MountainCar at most) ends in every env; short evaluations of 2
+        # episodes every 2 iterations.
+        seeds, args.population, args.episodes = seeds[:1], 2, 5
         steps_per_iteration = 512
         args.budget = 2 * 4 * steps_per_iteration
         extra += [
@@ -448,57 +522,51 @@ def main(argv: list[str] | None = None) -> int:
             "training.num_epochs=1",
             "checkpoint.frequency=2",
             "resources.env_runners.envs_per_runner=2",
+            "evaluation.short_episodes=2",
+            "evaluation.episodes=5",
+            "evaluation.confirm=2",
         ]
     budget = Budget(args.budget, args.population, steps_per_iteration)
     # Two members: the bottom half is one member (quantile 0.25 would exploit none).
     quantile = 0.5 if args.population < 4 else 0.25
     again = args.measure_again
     if again is not None and not again.is_dir():
-        parser.error(f"--measure-again: {again} is not a folder a --keep run left")
-    root = again if again is not None else Path(tempfile.mkdtemp(prefix="scheduler_shootout-"))
+        parser.error(f"--measure-again: {again} is not a folder a --root run left")
+    root = again or args.root or Path(tempfile.mkdtemp(prefix="scheduler_shootout-"))
+    root.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     print("command:", command_line())
+    sets = sorted({seed_set(s) for s in seeds})
     print(
         f"{now:%Y-%m-%d %H:%M:%S} UTC; task {task.relative_to(ROOT)}; {budget.total_env_steps:,} "
         f"env steps per run ({budget.population} members x {budget.member_steps:,}, "
-        f"{budget.member_iterations} iterations of {steps_per_iteration}); load average "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; results under {root}"
+        f"{budget.member_iterations} iterations of {steps_per_iteration}); seeds "
+        f"{', '.join(map(str, seeds))} ({', '.join(sets)}); load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; runs under {root}"
     )
     runs = []
-    try:
-        for i, seed in enumerate(seeds):
-            turn = i % len(arms)
-            for arm in arms[turn:] + arms[:turn]:
-                if again is not None:
-                    runs.append(measure_again(root, arm, seed, args.episodes, args.curve_episodes))
-                    continue
-                runs.append(
-                    run_once(
-                        task,
-                        arm,
-                        seed,
-                        budget,
-                        root,
-                        args.episodes,
-                        extra,
-                        quantile,
-                        args.curve_episodes,
-                    )
+    for i, seed in enumerate(seeds):
+        turn = i % len(arms)
+        for arm in arms[turn:] + arms[:turn]:
+            if again is not None:
+                run = measure_again(root, arm, seed, args.episodes)
+            else:
+                done = finished(root, arm, seed)
+                run = done or run_once(
+                    task, arm, seed, budget, root, args.episodes, extra, quantile
                 )
-        report(runs, arms, args.episodes)
-        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-        if args.plot is not None:
-            title = (
-                f"{args.task}: {budget.total_env_steps:,} env steps a run, "
-                f"checkpoints over {args.curve_episodes} episodes"
-            )
-            plot(runs, arms, args.plot, title)
-            print(f"anytime curve: {args.plot}")
-    finally:
-        if args.keep or again is not None:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+            if run.returncode == 0:  # a failed run is tried again in the next sitting
+                save(root, run)
+            runs.append(run)
+    report(runs, arms, args.episodes)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    if args.plot is not None:
+        title = (
+            f"{args.task}: {budget.total_env_steps:,} env steps a run, best short evaluation so far"
+        )
+        plot(runs, arms, args.plot, title)
+        print(f"anytime curve: {args.plot}")
+    print(f"kept {root}")
     return 1 if any(r.returncode != 0 for r in runs) else 0
 
 

@@ -71,6 +71,7 @@ class Evaluated:
     env_steps: int  # the evaluation's own env steps
     time_s: float
     trained_env_steps: int = 0  # the member's lineage's env steps at that iteration
+    at: float = 0.0  # when it was made (time.time())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

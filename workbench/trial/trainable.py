@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -265,6 +266,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 env_steps=int(evaluation.get(EVAL_ENV_STEPS_METRIC, 0)),
                 time_s=float(evaluation.get(EVAL_TIME_METRIC, 0.0)),
                 trained_env_steps=int(steps) if isinstance(steps, int | float) else 0,
+                at=time.time(),
             )
             record_candidate(trial_dir, evaluated, settings.keep, self._save_candidate)
             self._candidate_best = None  # read again from the trial's folder
