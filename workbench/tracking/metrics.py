@@ -22,6 +22,7 @@ CURATED_METRICS: tuple[str, ...] = (
     "num_env_steps_sampled_lifetime",
     "score/*",  # the score: the mean return of the last K episodes (workbench.trial.score)
     "eval/*",  # the evaluation that confirmed a stop
+    "candidate/*",  # the short evaluations that nominate the population's result
     "env_runners/episode_return_mean",
     "env_runners/episode_return_max",
     "env_runners/episode_return_min",

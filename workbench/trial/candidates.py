@@ -102,7 +102,8 @@ def kept(trial_dir: Path) -> list[tuple[Path, Evaluated]]:
                     out.append((child, Evaluated.from_json(json.loads(record.read_text()))))
                 except (ValueError, TypeError):
                     continue  # a record cut short: not a candidate
-    return sorted(out, key=lambda pair: (-pair[1].return_mean, pair[1].iteration))
+    # Of equal evaluations the newer first: the one `record` keeps (`ranks_among`).
+    return sorted(out, key=lambda pair: (-pair[1].return_mean, -pair[1].iteration))
 
 
 def evaluations(trial_dir: Path) -> list[Evaluated]:
@@ -137,8 +138,15 @@ def record(
     candidate's folder, or None when it was not kept."""
     folder = candidates_dir(trial_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / EVALUATIONS_FILE, "a") as log:
-        log.write(json.dumps(evaluated.to_json()) + "\n")
+    with open(folder / EVALUATIONS_FILE, "ab+") as log:  # appends wherever it reads
+        # After a line cut short by a killed process, on a line of its own: appended to
+        # the cut one, it would be lost with it.
+        start = b""
+        size = log.seek(0, os.SEEK_END)
+        if size:
+            log.seek(size - 1)
+            start = b"" if log.read(1) == b"\n" else b"\n"
+        log.write(start + (json.dumps(evaluated.to_json()) + "\n").encode())
     current = kept(trial_dir)
     if not ranks_among(evaluated.return_mean, (e.return_mean for _, e in current), keep):
         return None
@@ -155,7 +163,7 @@ def record(
         shutil.rmtree(staging, ignore_errors=True)
     for path, _ in kept(trial_dir)[keep:]:
         shutil.rmtree(path, ignore_errors=True)
-    return target
+    return target if target.is_dir() else None
 
 
 @dataclass
