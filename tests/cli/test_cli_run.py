@@ -51,7 +51,10 @@ def test_run_names_a_new_population_and_starts_the_trials_the_dry_run_listed(
     assert re.fullmatch(r"tiny_\d{8}-\d{6}", folder.name), folder.name
     out = done.stdout
     assert f"Experiment {folder.name}: 2 trials, 0 errored" in out
-    assert "Best trial PPO_0000" in out
+    # The population's result (evaluation.at_end: best) names the member that holds it.
+    assert "Member holding the result PPO_0000" in out
+    assert "The population's result: PPO_0000" in out
+    assert f"`workbench eval {folder.name}` rolls it out again" in out
     assert f"Results: {folder}" in out
     assert (folder / "workbench_experiment.yaml").is_file()
     # Each trial started with the values the dry run listed (MLflow keeps the initial ones).

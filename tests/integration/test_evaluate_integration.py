@@ -1,6 +1,8 @@
-"""The evaluation at the end of a real run: the best trial's policy, its deterministic
-rollout logged to MLflow, and `workbench eval` finding it there (the rollout itself is
-tests/unit/test_evaluate.py's subject)."""
+"""The evaluation at the end of a real run: the population's result (the best of the
+policies the trial kept and its final one, confirmed), its deterministic rollout logged to
+MLflow, and `workbench eval` finding it there (the rollout itself is
+tests/unit/test_evaluate.py's subject; how the result is chosen,
+tests/unit/test_population_result.py's)."""
 
 from __future__ import annotations
 
@@ -41,15 +43,22 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     resolved = load_and_resolve(write_experiment(tmp_path, data, sort_keys=True))
     summary = run(resolved, progress_interval_s=1e9)
     assert summary.errors == 0 and summary.best is not None
-    evaluation = summary.evaluation
-    assert evaluation is not None, summary.evaluation_note
-    assert evaluation.training_iteration == 4 and evaluation.seed == 4
+    evaluation, result = summary.evaluation, summary.result
+    assert evaluation is not None and result is not None, summary.evaluation_note
+    assert result.trial_name == summary.best.name == "PPO_00000"
+    assert evaluation.training_iteration == result.iteration and evaluation.seed == 4
 
-    # The policy's own deterministic rollout, from the checkpoint it evaluated.
-    checkpoint = resolved.results_dir / summary.best.name / "checkpoint_000001"
+    # The policy's own deterministic rollout, from the checkpoint it evaluated: the result's,
+    # a policy the trial kept (evaluation.every: 2) or its final checkpoint (iteration 4).
+    checkpoint = result.checkpoint_path(resolved.results_dir)
+    newest = resolved.results_dir / summary.best.name / "checkpoint_000001"
+    if result.final:
+        assert checkpoint == newest and result.iteration == 4
+    else:
+        assert checkpoint.parent.name == "candidates"
     assert evaluation.checkpoint == checkpoint.resolve()
     assert (evaluation.returns, evaluation.lengths) == plain_rollout(checkpoint, 5, seed=4)
-    assert any(line.startswith("Evaluated PPO_00000") for line in summary.lines())
+    assert any(line.startswith("The population's result: PPO_00000") for line in summary.lines())
 
     # Logged to the trial's MLflow run as eval/*, at the checkpoint's iteration.
     store = tmp_path / "results" / "mlflow.db"
@@ -60,7 +69,7 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     for key in ("return_mean", "return_std", "return_min", "return_max", "len_mean", "episodes"):
         assert run_data.metrics[f"eval/{key}"] == pytest.approx(stats[key])
     history = client.get_metric_history(evaluation.run_id, "eval/return_mean")
-    assert [m.step for m in history] == [4]
+    assert [m.step for m in history] == [result.iteration]
 
     # The evaluated policy is an MLflow model of the trial's run, acting as export-policy's
     # files; the population's parent run carries its summary (workbench.tracking).
@@ -89,13 +98,20 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     assert parent.metrics["population/trials"] == 1 and parent.metrics["population/errors"] == 0
     assert parent.tags["mlflow.source.name"] == str((tmp_path / "experiment.yaml").resolve())
 
-    # `workbench eval` by trial name finds the same checkpoint and logs again.
+    # `workbench eval` with no RUN rolls out the population's result again and logs again.
     capsys.readouterr()
-    assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
+    assert main(["eval", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
     out = capsys.readouterr().out
+    assert f"checkpoint {checkpoint.resolve()}" in out
     assert f"return {stats['return_mean']:.1f}" in out
     assert f"logged to MLflow run {evaluation.run_id}" in out
     assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 2
+    # By trial name: that member's newest checkpoint, logged to the same run.
+    assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {newest.resolve()}" in out
+    assert f"logged to MLflow run {evaluation.run_id}" in out
+    assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 3
     # ... and so does a trial folder, through the store its experiment file names.
     assert main(["eval", str(resolved.results_dir / "PPO_00000"), "--episodes", "2"]) == 0
     assert f"logged to MLflow run {evaluation.run_id}" in capsys.readouterr().out

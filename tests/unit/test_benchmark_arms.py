@@ -5,10 +5,8 @@ tests/benchmarks/test_benchmarks.py)."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -141,37 +139,57 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
         "pb2": "pb2",
         "asha_optuna": "asha",
         "random": "fifo",
-        "pbt_interval2": "pbt",
+        "pbt_score": "pbt",
     }
-    for arm in ("pbt", "pb2", "random", "pbt_interval2"):
+    for arm in ("pbt", "pb2", "random", "pbt_score"):
         e = resolved[arm]
         assert (e.population, e.stop.env_steps) == (4, 24_576), arm
     asha = resolved["asha_optuna"]
     assert (asha.population, asha.max_concurrent, asha.stop.iterations) == (8, 4, 12)
     assert (asha.scheduler.max_t, asha.scheduler.grace_period) == (12, 3)  # type: ignore[union-attr]
-    assert asha.search.type == "optuna" and asha.search.seed == 5
-    # 8 x 3 + 4 x 3 + 2 x 6 iterations if every rung fills: the members' 4 x 12.
+    # Optuna's TPE models the study after 3 trials (its own default, 10, is more trials
+    # than the arm runs: every suggestion would be random).
+    assert (asha.search.type, asha.search.seed, asha.search.startup_trials) == ("optuna", 5, 3)
     assert 8 * 3 + 4 * 3 + 2 * 6 == 4 * 12
     assert resolved["random"].search.type == "random"
-    pbt, short = resolved["pbt"].scheduler, resolved["pbt_interval2"].scheduler
-    assert (pbt.perturbation_interval, pbt.burn_in_period) == (4, 4)  # type: ignore[union-attr]
-    assert (short.perturbation_interval, short.burn_in_period) == (2, 2)  # type: ignore[union-attr]
+    # The shipped defaults against PBT as it was: ranked on the training window, cloned
+    # on any higher score.
+    pbt, old = resolved["pbt"].scheduler, resolved["pbt_score"].scheduler
+    assert (pbt.rank_on, pbt.exploit_test) == ("evaluation", "welch")  # type: ignore[union-attr]
+    assert (old.rank_on, old.exploit_test) == ("score", "none")  # type: ignore[union-attr]
     for arm, e in resolved.items():
         assert e.seed == 5 and e.stop.return_mean is None and e.stop.wall_time_s is None, arm
         assert e.stop.population_env_steps == 98_304, arm  # the same cap for every arm
+        # Every arm's result is chosen by the same rule, from the same evaluations.
+        assert e.evaluation.at_end == "best" and e.evaluation.every == 2, arm
         assert (
             e.env.id == "sim_ext/MountainCarContinuous-v0"
             and e.training == resolved["pbt"].training
         ), arm
 
 
-def test_the_shootout_places_each_checkpoint_at_the_populations_env_steps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_shootouts_seeds_are_labelled_and_development_seeds_checked() -> None:
+    shootout = _benchmark("scheduler_shootout")
+    assert shootout.parse_seeds("report") == list(range(100, 110))
+    assert shootout.parse_seeds("dev:10-12") == [10, 11, 12]
+    assert shootout.parse_seeds("7,8,9") == [7, 8, 9]
+    with pytest.raises(ValueError, match="0-49"):
+        shootout.parse_seeds("dev:48-51")
+    labels = {s: shootout.seed_set(s) for s in (0, 49, 50, 100, 109, 110)}
+    assert labels == {
+        0: "development",
+        49: "development",
+        50: "held-out",
+        100: "report",
+        109: "report",
+        110: "held-out",
+    }
+
+
+def test_the_shootouts_curve_places_each_evaluation_at_the_populations_env_steps(
+    tmp_path: Path,
 ) -> None:
-    # Two members sampling 100 env steps an iteration; A is exploited after its
-    # iteration 2 and reports iteration 2 again (from the donor's checkpoint).
-    import workbench.policy.checkpoint as checkpoint_module
-    from workbench.trial.manifest import MANIFEST_FILE
+    from workbench.trial.candidates import Evaluated, record
 
     shootout = _benchmark("scheduler_shootout")
 
@@ -182,44 +200,27 @@ def test_the_shootout_places_each_checkpoint_at_the_populations_env_steps(
             "env_runners": {"num_env_steps_sampled": 100},
         }
 
-    trials = {
-        "A": [row(1, 100), row(2, 102), row(2, 106)],
-        "B": [row(1, 101), row(2, 104)],
-    }
-    written = {("A", 0): (2, 102.5), ("A", 1): (2, 106.2), ("B", 0): (1, 101.3)}
-    folders: dict[str, list[Path]] = {"A": [], "B": []}
-    iterations = {}
-    for (name, n), (iteration, when) in written.items():
-        folder = tmp_path / name / f"checkpoint_{n:06d}"
-        folder.mkdir(parents=True)
-        (folder / MANIFEST_FILE).write_text("{}")
-        os.utime(folder / MANIFEST_FILE, (when, when))
-        folders[name].append(folder)
-        iterations[folder] = iteration
-    monkeypatch.setattr(checkpoint_module, "trial_checkpoints", lambda d: folders[d.name])
-    monkeypatch.setattr(
-        checkpoint_module,
-        "read_checkpoint",
-        lambda path: SimpleNamespace(training_iteration=iterations[path], path=path),
-    )
-    points = shootout.checkpoint_steps(tmp_path, trials)
-    # Rows in time order: A1 100, B1 200, A2 300, B2 400, A2 again 500 population steps.
-    assert [(steps, path.parent.name, path.name) for steps, path in points] == [
-        (200.0, "B", "checkpoint_000000"),
-        (300.0, "A", "checkpoint_000000"),
-        (500.0, "A", "checkpoint_000001"),
-    ]
-    # The curve is the best evaluation so far, at those steps.
-    returns = {folders["B"][0]: -5.0, folders["A"][0]: 10.0, folders["A"][1]: 3.0}
-    import workbench.policy.evaluate as evaluate_module
+    trials = {"A": [row(1, 100), row(2, 102), row(2, 106)], "B": [row(1, 101), row(2, 104)]}
+    made = [("A", 2, 50.0, 102.5), ("B", 2, 80.0, 104.2), ("A", 2, 60.0, 107.0)]
+    for name, iteration, mean, at in made:
+        evaluated = Evaluated(name, iteration, mean, 1.0, 5, 500, 0.1, at=at)
+        record(tmp_path / name, evaluated, keep=0, save=lambda folder: None)
+    curve, best = shootout.short_evaluation_curve(tmp_path, trials)
+    # Rows up to each evaluation's second (Tune's whole-second timestamps): 3, 4 and 5
+    # rows of 100 env steps; the best evaluation so far.
+    assert curve == [[300.0, 50.0], [400.0, 80.0], [500.0, 80.0]]
+    assert best == 80.0
 
-    monkeypatch.setattr(
-        evaluate_module,
-        "evaluate_checkpoint",
-        lambda checkpoint, **_: SimpleNamespace(returns=[returns[checkpoint.path], 0.0]),
-    )
-    assert shootout.evaluated_curve(points, episodes=2, seed=0) == [
-        (200.0, -2.5),
-        (300.0, 5.0),
-        (500.0, 5.0),
-    ]
+
+def test_the_shootouts_statistics() -> None:
+    stats = _benchmark("shootout_stats")
+    assert stats.iqm([1, 2, 3, 4, 100, 5, 6, 7]) == pytest.approx(4.5)
+    assert stats.probability_of_improvement([2, 2], [1, 2]) == pytest.approx(0.75)
+    same = stats.median_difference([5.0, 6.0, 7.0], [5.0, 6.0, 7.0])
+    assert (same.value, same.low, same.high) == (0.0, 0.0, 0.0)
+    better = stats.mean_difference([10.0, 11.0, 12.0, 13.0], [1.0, 1.5, 2.0, 2.5])
+    assert 0 < better.low <= better.value <= better.high
+    assert better.value == pytest.approx(9.75)
+    assert stats.improvement([10.0, 11.0], [1.0, 2.0]).value == 1.0
+    # One seed: a figure without an interval.
+    assert stats.iqm_interval([3.0]).text() == "3.0 [-]"

@@ -79,8 +79,12 @@ def test_the_leaderboard_wraps_to_the_terminal_and_wide_is_one_table(
         for hp in HPS:
             assert headers.count(hp) == 1, hp  # wrapped, none dropped
     assert main(["runs", "cartpole_pbt", "--store", store.uri, "--wide"]) == 0
-    header = capsys.readouterr().out.splitlines()[1]
+    wide = capsys.readouterr().out.splitlines()
+    # The title, the line on the population's result (none chosen here), then the table.
+    assert wide[1].startswith("No result chosen") and "training score: PPO_00002" in wide[1]
+    header = next(line for line in wide if line.startswith("#  trial"))
     assert len(header) > 100 and all(hp in header for hp in HPS)
+    assert sum(line.startswith("#  trial") for line in wide) == 1  # one table
 
 
 def test_the_population_list_fits_and_wide_adds_the_run_ids(

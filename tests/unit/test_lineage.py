@@ -249,3 +249,38 @@ def test_render_tree_without_exploits_or_best() -> None:
     text = render_tree({"b": ("PPO_B", 3), "a": ("PPO_A", 5)}, [])
     assert text == "  PPO_A  [1-5]\n  PPO_B  [1-3]\n  (no exploits yet)"
     assert "*" not in render_tree(TRIALS, RECORDS)
+
+
+def test_render_tree_marks_the_results_policy_of_its_iteration() -> None:
+    # The result is PPO_B's policy of iteration 12: the weights it had from PPO_C@8 (seq 0),
+    # not its final ones (from PPO_C@22, seq 4, whose ancestry goes back to PPO_D).
+    expected = textwrap.dedent(
+        """\
+          PPO_A  [1-16]
+          PPO_B  [1-8]
+        * PPO_C  [1-12]
+        * └─ it 8: PPO_B <- PPO_C@8  lr 2→3.5  [9-24]  (best)
+             └─ it 16: PPO_A <- PPO_B@16  lr 1→4.5, gamma 0.99→0.95  [17-30]
+                └─ it 20: PPO_D <- PPO_A@20  lr 4→6, gamma 0.99→0.95  [21-30]
+          PPO_D  [1-20]
+          └─ it 12: PPO_C <- PPO_D@4  lr 3→5  [5-30]
+             └─ it 24: PPO_B <- PPO_C@22  lr 3.5→7  [23-30]
+          * = the population's result, PPO_B's policy of iteration 12, and the weights"""
+    )
+    expected += " it came from"
+    assert render_tree(TRIALS, RECORDS, best="b", best_iteration=12) == expected
+    final = render_tree(TRIALS, RECORDS, best="b")
+    assert "*    └─ it 24: PPO_B <- PPO_C@22  lr 3.5→7  [23-30]  (best)" in final.splitlines()
+    assert final.endswith("* = the best trial PPO_B's final policy and the weights it came from")
+    # Of its final life, the iteration named: the same marks as its final policy's.
+    late = render_tree(TRIALS, RECORDS, best="b", best_iteration=28)
+    assert late.splitlines()[:-1] == final.splitlines()[:-1]
+    assert late.splitlines()[-1].endswith(
+        "PPO_B's policy of iteration 28, and the weights it came from"
+    )
+
+
+def test_render_tree_marks_a_result_from_before_the_members_exploit() -> None:
+    # PPO_D's policy of iteration 10: its own root weights, before it cloned PPO_A at 20.
+    lines = render_tree(TRIALS, RECORDS, best="d", best_iteration=10).splitlines()
+    assert [line for line in lines if line.startswith("*")] == ["* PPO_D  [1-20]  (best)"]

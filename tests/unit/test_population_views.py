@@ -18,6 +18,7 @@ from workbench.analysis.populations import (
     leaderboard,
     population_lineage,
     populations,
+    result_of,
     trial_detail,
 )
 from workbench.cli.format import mean_std
@@ -29,9 +30,14 @@ from workbench.names import (
     EVAL_RETURN_METRIC,
     EVAL_STD_METRIC,
     RESOLVED_FILE,
+    RESULT_ITERATION_TAG,
+    RESULT_RETURN_METRIC,
+    RESULT_TRIAL_ID_TAG,
     RETURN_METRIC,
     SCORE_METRIC,
 )
+from workbench.tracking.population_summary import log_population_result
+from workbench.trial.candidates import PopulationResult
 
 # PPO_00001 cloned PPO_00000's weights at iteration 1 and went on with lr 0.2.
 EXPLOIT = {
@@ -90,8 +96,10 @@ def test_a_population_as_json_is_its_leaderboard(store: Store) -> None:
         "start_ms",
         "end_ms",
         "results_dir",
+        "result",
         "trials",
     ]
+    assert data["result"] is None  # none chosen (the population's run records none)
     assert (data["name"], data["experiment"]) == ("pop", "exp")
     assert data["results_dir"].endswith("/results/pop")
     assert [t["name"] for t in data["trials"]] == ["PPO_00001", "PPO_00000", "PPO_00002"]
@@ -307,3 +315,95 @@ def test_no_target_in_an_empty_store_says_there_is_no_population(tmp_path: Path)
 def test_a_population_is_a_plain_dataclass_to_build_in_tests() -> None:
     pop = Population("r", "p", "e", "0", "FINISHED", 0, None, "")
     assert pop.best() is None and pop.to_json()["trials"] == []
+
+
+# --- the population's result ---------------------------------------------------------------
+
+# PPO_00000's policy of iteration 2, confirmed over 100 episodes: the population's result,
+# although PPO_00001 has the better training score (8.0 against 5.0).
+RESULT = PopulationResult(
+    trial_id="abc_00000",
+    trial_name="PPO_00000",
+    iteration=2,
+    checkpoint="PPO_00000/candidates/iteration_000002",
+    return_mean=487.25,
+    return_std=12.5,
+    episodes=100,
+    short_return_mean=500.0,
+    eval_env_steps=51_000,
+    eval_time_s=2.5,
+)
+
+
+def test_the_member_holding_the_result_is_the_best_one(store: Store) -> None:
+    pop = find_population(store.client, "pop", store.uri)
+    assert pop.result is None
+    best = pop.best()
+    assert best is not None and best.name == "PPO_00001"  # without one: the best score
+    assert pop.result_line() == (
+        "No result chosen (evaluated candidates are chosen when a population ends); "
+        "best by training score: PPO_00001"
+    )
+    log_population_result(store.client, pop.run_id, RESULT)
+    pop = find_population(store.client, "pop", store.uri)
+    assert pop.result is not None
+    # As the population's run records it: the figures and where the policy lies.
+    assert (pop.result.trial_id, pop.result.trial_name, pop.result.iteration) == (
+        "abc_00000",
+        "PPO_00000",
+        2,
+    )
+    assert pop.result.checkpoint == RESULT.checkpoint
+    assert (pop.result.return_mean, pop.result.return_std, pop.result.episodes) == (
+        487.25,
+        12.5,
+        100,
+    )
+    assert (pop.result.eval_env_steps, pop.result.eval_time_s) == (51_000, 2.5)
+    best = pop.best()
+    assert best is not None and best.name == "PPO_00000"
+    assert pop.result_line() == (
+        "The population's result: PPO_00000 at iteration 2: 487.2 +- 12.5 (n=100)"
+    )
+    data = pop.to_json()
+    assert data["result"]["trial_name"] == "PPO_00000" and data["result"]["iteration"] == 2
+    # The leaderboard still ranks by the training score.
+    assert [t["name"] for t in data["trials"]] == ["PPO_00001", "PPO_00000", "PPO_00002"]
+
+
+def test_the_lineage_marks_the_results_iteration(store: Store) -> None:
+    before = population_lineage(store.client, "pop", store.uri)
+    assert before.best_iteration is None
+    assert before.tree().endswith(
+        "* = the best trial PPO_00001's final policy and the weights it came from"
+    )
+    log_population_result(store.client, before.population.run_id, RESULT)
+    lineage = population_lineage(store.client, "pop", store.uri)
+    assert lineage.best_trial_id == "abc_00000" and lineage.best_iteration == 2
+    lines = lineage.tree().splitlines()
+    assert lines[0] == "* PPO_00000  [1-3]  (best)"
+    assert lines[-1] == (
+        "  * = the population's result, PPO_00000's policy of iteration 2, and the weights "
+        "it came from"
+    )
+
+
+def test_a_result_whose_member_has_no_run_leaves_the_best_score() -> None:
+    pop = Population("r", "p", "e", "0", "FINISHED", 0, None, "", result=RESULT)
+    assert pop.best() is None  # no trials read: no member to name
+    assert pop.result_line().startswith("The population's result: PPO_00000")
+
+
+def test_result_of_reads_what_the_run_records_and_nothing_else() -> None:
+    tags = {RESULT_TRIAL_ID_TAG: "abc_00003", RESULT_ITERATION_TAG: "7"}
+    found = result_of(tags, {RESULT_RETURN_METRIC: 200.0})
+    assert found is not None
+    # The name defaults to the id; figures not logged are unknown, not zero.
+    assert (found.trial_id, found.trial_name, found.iteration) == ("abc_00003", "abc_00003", 7)
+    assert found.return_mean == 200.0 and math.isnan(found.return_std)
+    assert found.episodes == 0 and found.checkpoint == ""
+    unreadable = result_of({**tags, RESULT_ITERATION_TAG: "seven"}, {RESULT_RETURN_METRIC: 1.0})
+    assert unreadable is not None and unreadable.iteration == 0
+    assert result_of(tags, {}) is None  # no figure: no result
+    assert result_of({}, {RESULT_RETURN_METRIC: 200.0}) is None  # whose, unknown
+    assert result_of({RESULT_TRIAL_ID_TAG: ""}, {RESULT_RETURN_METRIC: 200.0}) is None

@@ -358,18 +358,30 @@ def test_the_trial_s_evaluation_is_workbench_eval_s_rollout(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "file", ["cartpole_pbt.yaml", "pendulum_pb2.yaml", "cartpole_asha_optuna.yaml"]
 )
-def test_schedulers_and_searchers_rank_by_the_score(file: str) -> None:
+def test_schedulers_and_searchers_rank_by_the_score_or_the_short_evaluation(file: str) -> None:
+    """Never by RLlib's per-iteration mean return: PBT and PB2 by the members' short
+    evaluations (scheduler.rank_on: evaluation, the default) or the score; ASHA by the
+    score; Optuna's study by a trial's best short evaluation (its score without them)."""
     from workbench.experiment.resolve import resolve
     from workbench.experiment.schema import load_experiment
     from workbench.run.schedulers import scheduler, search_algorithm
+    from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
 
     path = Path(__file__).resolve().parents[2] / "experiments" / file
     resolved = resolve(load_experiment(path), path, check_results=False)
-    assert scheduler(resolved)._metric == SCORE_METRIC
-    if resolved.experiment.search.type == "optuna":  # random search ranks nothing
+    experiment = resolved.experiment
+    section = experiment.scheduler
+    if section.type in ("pbt", "pb2"):
+        by_evaluation = section.rank_on == "evaluation"  # type: ignore[union-attr]
+        expected = CANDIDATE_RETURN_METRIC if by_evaluation else SCORE_METRIC
+    else:
+        expected = SCORE_METRIC
+    assert scheduler(resolved)._metric == expected
+    if experiment.search.type == "optuna":  # random search ranks nothing
         searcher = search_algorithm(resolved)
         inner = getattr(searcher, "searcher", searcher)  # behind a ConcurrencyLimiter
-        assert inner.metric == SCORE_METRIC
+        evaluated = experiment.evaluation.every > 0
+        assert inner.metric == (CANDIDATE_BEST_METRIC if evaluated else SCORE_METRIC)
 
 
 @pytest.mark.parametrize("ended", [0, 1, 2])

@@ -12,6 +12,8 @@ folder; `workbench.run.launch` logs it to MLflow and names it in the summary.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from workbench.trial.candidates import (
     kept,
     write_result,
 )
+from workbench.trial.manifest import MANIFEST_FILE
 
 # (checkpoint folder, episodes, seed) -> its evaluation; tests put a stub in its place.
 Evaluate = Callable[[Path, int, int], Evaluation]
@@ -56,19 +59,23 @@ def gather(
     with the env steps and seconds the run's short evaluations and these ones took.
     ``trials``: trial id -> trial name (the folder under ``results_dir``)."""
     found: list[Candidate] = []
+    seen: set[str | None] = set()
     steps, seconds = 0, 0.0
     for trial_id, name in sorted(trials.items(), key=lambda item: item[1]):
         trial_dir = results_dir / name
         for done in evaluations(trial_dir):
             steps += done.env_steps
             seconds += done.time_s
-        seen = set()
         for path, record in kept(trial_dir):
             found.append(Candidate(trial_id, name, record.iteration, path, record.return_mean))
-            seen.add(path.resolve())
+            seen.add(policy_fingerprint(path))
         final = final_checkpoint(trial_dir)
         if final is None:
             continue
+        fingerprint = policy_fingerprint(final)
+        if fingerprint is not None and fingerprint in seen:
+            continue  # the same weights as a kept candidate: judged once
+        seen.add(fingerprint)
         try:
             evaluation = evaluate(final, short_episodes, seed + SHORT_EVAL_SEED_OFFSET)
         except Exception:  # a final checkpoint that cannot be read is no candidate
@@ -87,6 +94,26 @@ def gather(
         )
     found.sort(key=lambda c: (-c.short_return_mean, c.trial_name, -c.iteration))
     return found, steps, seconds
+
+
+def policy_fingerprint(checkpoint: Path) -> str | None:
+    """What tells two checkpoints' policies apart: the hashes its manifest lists for the
+    RL module's files, and the settings it acts with (observation filter included).
+    None: no manifest to read."""
+    try:
+        manifest = json.loads((checkpoint / MANIFEST_FILE).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    module = sorted(
+        (name, entry.get("sha256"))
+        for name, entry in files.items()
+        if "/rl_module/" in f"/{name}" and isinstance(entry, dict)
+    )
+    if not module:
+        return None
+    text = json.dumps([module, manifest.get("policy")], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def choose(

@@ -69,6 +69,10 @@ class ExploitRecorder:
         value = result.get(metric) if metric else None
         if isinstance(value, float) and math.isnan(value):
             return str(TrialScheduler.CONTINUE)
+        # Nor is a result without it (rank_on: evaluation: an iteration without a short
+        # evaluation): Tune's PBT would log the whole result each time, then continue.
+        if metric and value is None and metric not in flatten_dict(result):
+            return str(TrialScheduler.CONTINUE)
         if metric:
             found = ranked_stats(result, metric)
             if found is not None:

@@ -237,7 +237,8 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 metrics.update(evaluation)
                 if evaluation[EVAL_RETURN_METRIC] < target:
                     window.refused()
-            if settings.candidates.due(self.iteration):
+            # Tune counts this iteration only once step() returns.
+            if settings.candidates.due(self.iteration + 1):
                 metrics.update(self._candidate(result))
             elif settings.candidates.active:
                 best = self._best_candidate()
@@ -259,7 +260,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             steps = result.get(STEPS_METRIC, 0)
             evaluated = Evaluated(
                 trial_id=self.trial_id,
-                iteration=int(self.iteration),
+                iteration=int(self.iteration) + 1,
                 return_mean=float(evaluation[EVAL_RETURN_METRIC]),
                 return_std=float(evaluation.get(EVAL_STD_METRIC, 0.0)),
                 episodes=int(evaluation.get(EVAL_EPISODES_METRIC, settings.episodes)),
@@ -287,7 +288,13 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             return self._candidate_best
 
         def _save_candidate(self, folder: Path) -> None:
-            self.save_checkpoint(str(folder))
+            # Saved from inside step(): the weights are those of the iteration Tune has
+            # not counted yet, and the checkpoint says so.
+            self._iteration += 1
+            try:
+                self.save_checkpoint(str(folder))
+            finally:
+                self._iteration -= 1
 
         def _trial_dir(self) -> Path | None:
             """The trial's folder in the results folder (the workbench's storage is a
