@@ -449,3 +449,22 @@ def test_run_dashboard_without_its_packages_says_how_to_get_them(
     assert "--dashboard: Ray's dashboard needs the packages of ray[default]" in err
     assert "pip install -e '.[dashboard]'" in err
     assert not (tmp_path / "results").exists()  # refused before anything started
+
+
+def test_a_short_evaluation_is_not_part_of_the_iterations_shares() -> None:
+    """A member's short evaluation (evaluation.every) runs inside the iteration Tune times;
+    it is not sampling, learning or the rest of training, and a diagnosis that counted it
+    as the rest called a sampling-bound trial balanced."""
+    trial = FakeTrial()
+    flat = trial.iteration(sampling=0.9, learner=0.1, sync=0.0)
+    plain = iteration_split(flat, {}, SYNC)
+    evaluated = dict(flat)
+    evaluated[time_split.ITERATION] += 3.0
+    evaluated[time_split.EVALUATION_TIME] = 3.0
+    split = iteration_split(evaluated, {}, SYNC)
+    assert split.evaluation_s == 3.0
+    assert split.iteration_s == pytest.approx(plain.iteration_s)
+    assert split.sampling_fraction == pytest.approx(plain.sampling_fraction)
+    assert split.verdict == plain.verdict == "sampling-bound"
+    back = TimeSplit.from_metrics(split.metrics())
+    assert (back.evaluation_s, back.iteration_s) == (3.0, pytest.approx(1.0))

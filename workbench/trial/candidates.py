@@ -39,6 +39,9 @@ CANDIDATE_RETURN_METRIC = CANDIDATE_PREFIX + "return_mean"
 CANDIDATE_STD_METRIC = CANDIDATE_PREFIX + "return_std"
 CANDIDATE_EPISODES_METRIC = CANDIDATE_PREFIX + "episodes"
 CANDIDATE_BEST_METRIC = CANDIDATE_PREFIX + "best_return"
+# Seconds the iteration spent evaluating and keeping its candidate (not training: the time
+# split of `workbench diagnose` leaves them out of the iteration's shares).
+CANDIDATE_TIME_METRIC = CANDIDATE_PREFIX + "time_s"
 # Seeds of the short evaluations start here: never the confirming evaluation's episodes.
 SHORT_EVAL_SEED_OFFSET = 50_000
 

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from workbench.trial.candidates import CANDIDATE_TIME_METRIC
+
 EMA_COEFF = 0.01  # RLlib's default for log_time (MetricsLogger, EmaStats)
 
 
@@ -46,6 +48,7 @@ PREFIX = "workbench"  # the result key the breakdown goes under (MLflow: workben
 
 
 ITERATION = "time_this_iter_s"
+EVALUATION_TIME = CANDIDATE_TIME_METRIC
 
 
 CALLS = "num_training_step_calls_per_iteration"
@@ -203,7 +206,10 @@ class TimeSplit:
     env_runners: int = 0  # remote runners (0: the main process samples)
     iterations: int = 0
     exact_iterations: int = 0  # iterations whose timers were recovered exactly
-    iteration_s: float = 0.0  # time_this_iter_s
+    iteration_s: float = 0.0  # time_this_iter_s, less evaluation_s
+    # A member's short evaluation in the iteration (workbench.trial.candidates): not
+    # training, so not part of the shares.
+    evaluation_s: float = 0.0
     sampling_s: float = 0.0
     learner_s: float = 0.0  # the learner update call (async: only handing data over)
     sync_s: float = 0.0  # weights to the env runners
@@ -349,6 +355,7 @@ class TimeSplit:
             "env_runners": float(self.env_runners),
             "timers_exact": float(self.exact_iterations == self.iterations),
             "iteration_s": self.iteration_s,
+            "evaluation_s": self.evaluation_s,
             "sampling_s": self.sampling_s,
             "learner_s": self.learner_s,
             "sync_s": self.sync_s,
@@ -388,6 +395,7 @@ class TimeSplit:
             iterations=1,
             exact_iterations=int(get("timers_exact", 1.0)),
             iteration_s=get("iteration_s"),
+            evaluation_s=get("evaluation_s"),
             sampling_s=get("sampling_s"),
             learner_s=get("learner_s"),
             sync_s=get("sync_s"),
@@ -436,6 +444,9 @@ def iteration_split(
         value(SYNC_TIMER), before.get(SYNC_TIMER, math.nan), sync_calls
     )
     iteration_s = max(value(ITERATION), 0.0) if _finite(value(ITERATION)) else 0.0
+    evaluation_s = value(EVALUATION_TIME)
+    evaluation_s = min(max(evaluation_s, 0.0), iteration_s) if _finite(evaluation_s) else 0.0
+    iteration_s -= evaluation_s
 
     exact = exact_sample and exact_learn and exact_sync
     timed = sampling + learner + sync
@@ -455,6 +466,7 @@ def iteration_split(
         iterations=1,
         exact_iterations=int(exact),
         iteration_s=iteration_s,
+        evaluation_s=evaluation_s,
         sampling_s=sampling,
         learner_s=learner,
         sync_s=sync,

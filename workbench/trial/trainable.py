@@ -31,6 +31,7 @@ from workbench.trial.candidates import (
     CANDIDATE_EPISODES_METRIC,
     CANDIDATE_RETURN_METRIC,
     CANDIDATE_STD_METRIC,
+    CANDIDATE_TIME_METRIC,
     SHORT_EVAL_SEED_OFFSET,
     Evaluated,
 )
@@ -253,6 +254,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             policy kept as a candidate for the population's result when it ranks among
             the trial's best (workbench.trial.candidates)."""
             settings = self.score_settings.candidates
+            started = time.perf_counter()
             evaluation = self.evaluate_short()
             trial_dir = self._trial_dir()
             if trial_dir is None:
@@ -277,6 +279,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
                 CANDIDATE_STD_METRIC: evaluated.return_std,
                 CANDIDATE_EPISODES_METRIC: float(evaluated.episodes),
                 CANDIDATE_BEST_METRIC: evaluated.return_mean if best is None else best,
+                CANDIDATE_TIME_METRIC: time.perf_counter() - started,
             }
 
         def _best_candidate(self) -> float | None:
