@@ -42,10 +42,11 @@ def test_a_pbt_population_hands_over_its_best_evaluated_policy(tmp_path: Path) -
         RESULT_TRIAL_ID_TAG,
         RESULT_TRIAL_TAG,
     )
-    from workbench.policy.checkpoint import read_checkpoint
+    from workbench.policy.checkpoint import final_checkpoint, read_checkpoint
     from workbench.policy.evaluate import evaluate_checkpoint
     from workbench.policy.locate import locate
     from workbench.run.launch import run
+    from workbench.run.population_result import policy_fingerprint
 
     data = small_pbt(
         tmp_path,
@@ -90,8 +91,13 @@ def test_a_pbt_population_hands_over_its_best_evaluated_policy(tmp_path: Path) -
             r["candidate"]["return_mean"] for r in rows if "return_mean" in r.get("candidate", {})
         ]
         assert [e.return_mean for e in done] == reported
-    # The candidates: the kept ones and each member's final checkpoint.
-    assert result.candidates == sum(len(kept(m)) for m in members) + len(members)
+    # The candidates: the kept ones and each member's final checkpoint, unless its policy
+    # is one of the kept ones (the same weights are judged once).
+    kept_policies = {policy_fingerprint(path) for m in members for path, _ in kept(m)}
+    finals = [final_checkpoint(m) for m in members]
+    distinct = [f for f in finals if f is not None and policy_fingerprint(f) not in kept_policies]
+    assert len(kept_policies) == sum(len(kept(m)) for m in members)
+    assert result.candidates == len(kept_policies) + len(distinct)
 
     # Its figure is a confirmed one, at least the best nominee's: the short evaluations
     # only nominate, and the top nominee is always confirmed, so the result's mean is at
@@ -202,6 +208,7 @@ def _exploits(
             "perturbation_interval": 2,
             "quantile_fraction": 0.5,
             "resample_probability": 0.0,
+            "rank_on": "evaluation",
             "exploit_test": exploit_test,
         },
     )

@@ -146,6 +146,9 @@ def test_pb2_explores_inside_its_bounds(tmp_path: Path) -> None:
             "perturbation_interval": 2,
             "quantile_fraction": 0.5,
             "synch": True,
+            # Truncation selection on the score: an exploit at every decision.
+            "rank_on": "score",
+            "exploit_test": "none",
         },
         population=2,
         stop={"iterations": 6},

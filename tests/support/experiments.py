@@ -55,7 +55,17 @@ def small_pbt(tmp_path: Path | None = None, **fields: Any) -> dict[str, Any]:
         "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
         "evaluation": {"at_end": "none"},
     }
-    return tiny_ppo(tmp_path, **{**population, **fields})
+    merged = {**population, **fields}
+    scheduler = dict(merged["scheduler"])
+    if scheduler.get("type") in ("pbt", "pb2"):
+        # Exploits at every decision, as these tests' subjects need them: truncation
+        # selection on the training score. The shipped rules (a short evaluation ranks,
+        # Welch's test before a clone) are the subject of tests/unit/test_exploit_rules.py
+        # and tests/integration/test_population_result_integration.py, which set them.
+        scheduler.setdefault("rank_on", "score")
+        scheduler.setdefault("exploit_test", "none")
+    merged["scheduler"] = scheduler
+    return tiny_ppo(tmp_path, **merged)
 
 
 # tests/conftest.py's pbt_population, shared by the tests whose subject it is: four trials,

@@ -5,6 +5,7 @@ as a run leaves them, the rollouts a stub: no Ray, no policy."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -292,3 +293,43 @@ def test_gather_lists_every_candidate_best_short_evaluation_first(
     ]
     assert steps == 3 * 1000 + 2 * SHORT * 20
     assert seconds == pytest.approx(3 * 0.25 + 2 * 0.5)
+
+
+def test_a_final_policy_identical_to_a_kept_candidate_is_judged_once(tmp_path: Path) -> None:
+    """A member that ended right after keeping a candidate holds the same weights twice:
+    the manifests list the same module files, and the final checkpoint is not confirmed
+    again (it would take a confirmation slot from another policy)."""
+    from workbench.run.population_result import policy_fingerprint
+    from workbench.trial.manifest import MANIFEST_FILE
+
+    results = tmp_path / "results"
+    member = results / "PPO_00000"
+    candidate = _candidate(member, "abc_00000", 4, 480.0)
+    final = _checkpoint(member, 4)
+    other = _checkpoint(results / "PPO_00001", 4)
+
+    def manifest(folder: Path, module_hash: str) -> None:
+        files = {
+            "learner_group/learner/rl_module/default_policy/module_state.pkl": {
+                "sha256": module_hash,
+                "size": 10,
+            },
+            "algorithm_state.pkl": {"sha256": folder.name, "size": 5},  # not the policy
+        }
+        (folder / MANIFEST_FILE).write_text(json.dumps({"files": files, "policy": {"x": 1}}))
+
+    manifest(candidate, "same")
+    manifest(final, "same")
+    manifest(other, "different")
+    assert policy_fingerprint(candidate) == policy_fingerprint(final) is not None
+    assert policy_fingerprint(other) != policy_fingerprint(final)
+    assert policy_fingerprint(tmp_path) is None  # no manifest: nothing to compare
+    rollouts = Rollouts()
+    rollouts.short = {final.resolve(): 480.0, other.resolve(): 100.0}
+    rollouts.long = {candidate.resolve(): 470.0, other.resolve(): 90.0}
+    found = _choose(results, rollouts)
+    assert found is not None
+    result, _ = found
+    assert result.candidates == 2  # the candidate and the other member's final policy
+    assert [c["trial"] for c in result.confirmed] == ["PPO_00000", "PPO_00001"]
+    assert not any(call.endswith("PPO_00000/checkpoint_000004") for call, *_ in rollouts.calls)
