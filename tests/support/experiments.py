@@ -56,8 +56,9 @@ def small_pbt(tmp_path: Path | None = None, **fields: Any) -> dict[str, Any]:
         "evaluation": {"at_end": "none"},
     }
     merged = {**population, **fields}
-    scheduler = dict(merged["scheduler"])
-    if scheduler.get("type") in ("pbt", "pb2"):
+    scheduler = merged["scheduler"]
+    if isinstance(scheduler, dict) and scheduler.get("type") in ("pbt", "pb2"):
+        scheduler = dict(scheduler)
         # Exploits at every decision, as these tests' subjects need them: truncation
         # selection on the training score. The shipped rules (a short evaluation ranks,
         # Welch's test before a clone) are the subject of tests/unit/test_exploit_rules.py
