@@ -338,6 +338,8 @@ def test_results_carry_the_short_evaluation_and_the_best_kept_one(tmp_path: Path
     assert len(evaluated) == 4  # every second iteration
     assert [b - a for a, b in itertools.pairwise(evaluated)] == [2, 2, 2]
     assert shown[: evaluated[0]] == [None] * evaluated[0]  # nothing kept yet: no best
+    # The evaluation's own seconds (left out of the time split): measured, so only >= 0.
+    assert all(shown[i].pop("time_s") >= 0 for i in evaluated)
     assert [shown[i] for i in evaluated] == [
         _evaluation(100.0, 100.0),
         _evaluation(300.0, 300.0),
