@@ -71,7 +71,8 @@ class ExploitRecorder:
             return str(TrialScheduler.CONTINUE)
         # Nor is a result without it (rank_on: evaluation: an iteration without a short
         # evaluation): Tune's PBT would log the whole result each time, then continue.
-        if metric and value is None and metric not in flatten_dict(result):
+        # (Tune hands schedulers flattened results, as the NaN check above reads them.)
+        if metric and value is None:
             return str(TrialScheduler.CONTINUE)
         if metric:
             found = ranked_stats(result, metric)
