@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -133,7 +134,9 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait()
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert resumed.returncode == 0, (
+        resumed.stdout[-3000:] + resumed.stderr[-3000:] + _trial_errors(results_dir, resumed.stdout)
+    )
     if leftovers:  # Ray's own processes outlive a SIGKILLed driver: the ones it recorded
         assert "left behind by the interrupted driver" in resumed.stdout
         assert not [pid for pid in leftovers if _alive(pid)]
@@ -176,6 +179,14 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     by_ray, warnings = rows_as_ray_reads_them(results_dir)
     assert warnings == []
     assert by_ray == {name: len(r) for name, r in rows.items()}
+
+
+def _trial_errors(results_dir: Path, output: str) -> str:
+    """The errors of the failed trials, from their folders or the paths the summary
+    names (what a failed assertion needs)."""
+    named = {Path(p) for p in re.findall(r"\(its error: (\S+)\)", output)}
+    paths = sorted(named | set(results_dir.glob("*/error.txt")))
+    return "".join(f"\n--- {p}\n{p.read_text()[-4000:]}" for p in paths if p.is_file())
 
 
 def _cmd(proc: Path) -> bytes:

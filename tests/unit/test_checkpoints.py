@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -53,3 +54,72 @@ def test_spares_a_donor_checkpoint_pbt_holds_and_one_a_clone_restores(tmp_path: 
     left = sorted(p.name for p in (tmp_path / "donor").iterdir())
     assert left == [f"checkpoint_{i:06d}" for i in (0, 1, 3, 4, 5)]
     assert guard.deleted == [str(tmp_path / "donor" / "checkpoint_000002")]
+
+
+def _storage(tmp_path: Path) -> Any:
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    return SimpleNamespace(
+        storage_filesystem=pyarrow.fs.LocalFileSystem(),
+        experiment_fs_path=str(tmp_path),
+        experiment_driver_staging_path=str(staging),
+    )
+
+
+def _snapshot(folder: Path, session: str, restores: dict[str, Any]) -> Path:
+    """An experiment snapshot as Tune writes it (Ray 2.60): each trial's checkpoint
+    manager, cloudpickled into the runtime JSON, names the checkpoint it restores."""
+    from ray.tune.utils.serialization import TuneFunctionEncoder
+
+    trial_data = []
+    for trial_id, result in restores.items():
+        manager = SimpleNamespace(_latest_checkpoint_result=result, _checkpoint_results=[result])
+        runtime = json.dumps({"checkpoint_manager": manager}, cls=TuneFunctionEncoder)
+        trial_data.append([json.dumps({"trial_id": trial_id}), runtime])
+    path = folder / f"experiment_state-{session}.json"
+    path.write_text(json.dumps({"trial_data": trial_data}))
+    return path
+
+
+def test_spares_what_the_last_snapshot_restores_though_the_clone_moved_on(
+    tmp_path: Path,
+) -> None:
+    # A clone exploited twice: live, it restores the donor's checkpoint 5; the snapshot
+    # a killed driver leaves in the results folder still has it restore checkpoint 0.
+    donor = _trial(tmp_path, "donor", 6)
+    clone = _trial(tmp_path, "clone", 1)
+    results = donor.run_metadata.checkpoint_manager._checkpoint_results
+    clone.checkpoint = results[5].checkpoint
+    clone.run_metadata.checkpoint_manager._latest_checkpoint_result = results[5]
+    donor.storage = _storage(tmp_path)
+    _snapshot(tmp_path, "2026-12-02_04-17-04", {"clone": results[0], "donor": results[5]})
+
+    # Live state alone (no storage to read): checkpoint 0 goes, and a resume fails.
+    live_only = _trial(tmp_path / "live", "donor", 6)
+    CheckpointGuard(keep=3).on_checkpoint(0, [live_only], live_only, live_only.checkpoint)
+    assert not (tmp_path / "live" / "donor" / "checkpoint_000000").exists()
+
+    guard = CheckpointGuard(keep=3)
+    guard.on_checkpoint(0, [donor, clone], donor, donor.checkpoint)
+    left = sorted(p.name for p in (tmp_path / "donor").iterdir())
+    assert left == [f"checkpoint_{i:06d}" for i in (0, 3, 4, 5)]
+
+    # The snapshot being written (staging) names it too: still spared.
+    _snapshot(Path(donor.storage.experiment_driver_staging_path), "s", {"clone": results[0]})
+    (tmp_path / "experiment_state-2026-12-02_04-17-04.json").unlink()
+    guard.on_checkpoint(0, [donor, clone], donor, donor.checkpoint)
+    assert (tmp_path / "donor" / "checkpoint_000000").is_dir()
+
+    # Once the snapshots have moved on, it goes with the next checkpoint.
+    _snapshot(Path(donor.storage.experiment_driver_staging_path), "s", {"clone": results[5]})
+    guard.on_checkpoint(0, [donor, clone], donor, donor.checkpoint)
+    left = sorted(p.name for p in (tmp_path / "donor").iterdir())
+    assert left == [f"checkpoint_{i:06d}" for i in (3, 4, 5)]
+
+
+def test_an_unreadable_snapshot_deletes_nothing(tmp_path: Path) -> None:
+    trial = _trial(tmp_path, "a", 6)
+    trial.storage = _storage(tmp_path)
+    (tmp_path / "experiment_state-2026-12-02_04-17-04.json").write_text("{cut sh")
+    CheckpointGuard(keep=3).on_checkpoint(0, [trial], trial, trial.checkpoint)
+    assert len(list((tmp_path / "a").iterdir())) == 6

@@ -9,22 +9,41 @@ all checkpoints as far as Tune knows (num_to_keep=None) and prunes them itself a
 each checkpoint: a trial keeps its newest K, plus any checkpoint that a trial will
 restore from or that PBT holds for a future exploit.
 
+"Will restore from" covers a resume too: `workbench resume` restores each trial from the
+checkpoint Tune's last experiment snapshot names, and that snapshot lags the live state
+(Tune writes it after a trial checkpoint, and a background thread copies it into the
+results folder). A clone exploited twice in quick succession no longer needs its first
+donor checkpoint, but the snapshot a killed driver leaves may still name it; deleted, the
+clone fails its restore on every retry. So a checkpoint also stays while the snapshot in
+the results folder or the one being written (the driver's staging folder) names it.
+
 This reads Tune's trial and PBT state (Ray 2.60 internals, pinned in pyproject).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+import pyarrow.fs
 from ray.train._internal.storage import _delete_fs_path
 from ray.tune import Callback
+from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+from ray.tune.execution.tune_controller import TuneController
+from ray.tune.utils.serialization import TuneFunctionDecoder
 
 from workbench.names import CHECKPOINT_FALLBACK_KEY, trial_name
 
 logger = logging.getLogger(__name__)
+
+
+class _Unreadable(Exception):
+    """An experiment snapshot could not be read: nothing is deleted this time."""
 
 
 def _path_of(item: Any) -> str | None:
@@ -34,11 +53,73 @@ def _path_of(item: Any) -> str | None:
     return os.path.normpath(path) if isinstance(path, str) else None
 
 
+def _restored_by(snapshot: str) -> set[str]:
+    """The checkpoints an experiment snapshot (Tune's experiment_state JSON, as written by
+    this driver) would have its trials restore."""
+    paths = set()
+    for _trial_json, runtime_json in json.loads(snapshot)["trial_data"]:
+        runtime = json.loads(runtime_json, cls=TuneFunctionDecoder, allow_cloudpickle=True)
+        manager = runtime.get("checkpoint_manager")
+        path = _path_of(getattr(manager, "_latest_checkpoint_result", None))
+        if path:
+            paths.add(path)
+    return paths
+
+
+class _Snapshots:
+    """The checkpoints named by the experiment snapshots a resume could start from: the
+    newest in the results folder and the one in the driver's staging folder, on its way
+    there. Each file is read again only when it changes."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[tuple[Any, int], set[str]]] = {}
+
+    def named(self, storage: Any) -> set[str]:
+        paths: set[str] = set()
+        fs = storage.storage_filesystem
+        newest = _find_newest_experiment_checkpoint(storage.experiment_fs_path, fs=fs)
+        if newest is not None:
+            paths |= self._named_by(fs, newest)
+        staging = Path(storage.experiment_driver_staging_path)
+        if staging.is_dir():
+            pattern = TuneController.CKPT_FILE_TMPL.format("*")
+            local = pyarrow.fs.LocalFileSystem()
+            for name in fnmatch.filter(os.listdir(staging), pattern):
+                paths |= self._named_by(local, str(staging / name))
+        return paths
+
+    def _named_by(self, fs: Any, path: str) -> set[str]:
+        info = fs.get_file_info(path)
+        if info.type != pyarrow.fs.FileType.File:
+            return set()
+        stamp = (info.mtime_ns, info.size)
+        cached = self._read.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        with fs.open_input_stream(path) as f:
+            named = _restored_by(f.readall().decode())
+        self._read[path] = (stamp, named)
+        return named
+
+
 class CheckpointGuard(Callback):  # type: ignore[misc]
     def __init__(self, keep: int, scheduler: Any = None) -> None:
         self.keep = keep
         self.scheduler = scheduler
         self.deleted: list[str] = []
+        self._snapshots = _Snapshots()
+
+    def in_snapshots(self, trial: Any) -> set[str]:
+        """Checkpoints a resume would restore (see the module's docstring). _Unreadable
+        when a snapshot cannot be read: then nothing is deleted this time."""
+        storage = getattr(trial, "storage", None)
+        if storage is None:
+            return set()
+        try:
+            return self._snapshots.named(storage)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+            logger.warning("kept old checkpoints: the experiment snapshot is unreadable (%s)", err)
+            raise _Unreadable from err
 
     def in_use(self, trials: list[Any]) -> set[str]:
         """Checkpoints some trial restores from next, or PBT keeps for an exploit."""
@@ -73,6 +154,10 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
         if len(results) <= self.keep:
             return
         protected = self.in_use(trials)
+        try:
+            protected |= self.in_snapshots(trial)
+        except _Unreadable:
+            return
         kept = []
         for position, result in enumerate(results):
             path = _path_of(result)
