@@ -19,6 +19,8 @@ from tests.support.experiments import small_pbt, write_experiment
 from tests.support.results import count_results, result_rows
 from workbench.analysis.lineage import check_sequence, read_jsonl
 from workbench.names import LINEAGE_FILE, ROLE_TAG, STEP_METRIC
+from workbench.trial.candidates import evaluations, kept, read_result
+from workbench.trial.manifest import problem
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 ITERATIONS = 30
@@ -47,6 +49,9 @@ def test_killed_and_resumed_again_and_again_the_records_agree(tmp_path: Path) ->
         # 16 iterations (once an exploited trial kept its process) the population
         # finished between two kills.
         training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
+        # Short evaluations and kept candidates, cut by the kills too; the result chosen
+        # at the end from what survived them.
+        evaluation={"every": 2, "keep": 2, "episodes": 20},
     )
     path = write_experiment(tmp_path, data)
     results_dir = tmp_path / "results" / "pop"
@@ -97,3 +102,15 @@ def test_killed_and_resumed_again_and_again_the_records_agree(tmp_path: Path) ->
     assert sorted(map(json.loads, Path(artifact).read_text().splitlines()), key=str) == sorted(
         map(json.loads, local), key=str
     )
+    # Each member's kept candidates are whole checkpoints, at most `keep`, each one of
+    # its evaluations; the population's result is one of the policies that survived.
+    for name in rows:
+        candidates = kept(results_dir / name)
+        assert 1 <= len(candidates) <= 2, name
+        evaluated = {(e.iteration, e.return_mean) for e in evaluations(results_dir / name)}
+        for folder, record in candidates:
+            assert problem(folder) is None, folder
+            assert (record.iteration, record.return_mean) in evaluated, folder
+    result = read_result(results_dir)
+    assert result is not None and result.trial_name in rows
+    assert problem(result.checkpoint_path(results_dir)) is None

@@ -44,16 +44,18 @@ def tiny_ppo(tmp_path: Path | None = None, **fields: Any) -> dict[str, Any]:
 def small_pbt(tmp_path: Path | None = None, **fields: Any) -> dict[str, Any]:
     """A PBT population of small PPO trials named "pop": a decision every 2 iterations
     (the bottom half clones the top half), a checkpoint every iteration with 3 kept,
-    half a CPU for the main process and for the learner, 4 envs per runner, and no
-    end-of-run evaluation (tests/unit/test_evaluate.py's subject). Its search space,
-    size and stop rule are the caller's."""
+    half a CPU for the main process and for the learner, 4 envs per runner, no
+    end-of-run evaluation (tests/unit/test_evaluate.py's subject) and no short
+    evaluations while it trains (a third of a small trial's time; the subject of
+    tests/integration/test_population_result_integration.py and of the soak, which ask
+    for them). Its search space, size and stop rule are the caller's."""
     population = {
         "name": "pop",
         "training": SMALL_PPO,
         "scheduler": {"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
         "checkpoint": {"frequency": 1, "keep": 3},
         "resources": {"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
-        "evaluation": {"at_end": "none"},
+        "evaluation": {"at_end": "none", "every": 0},
     }
     merged = {**population, **fields}
     scheduler = merged["scheduler"]
