@@ -211,6 +211,7 @@ def _exploits(
             "rank_on": "evaluation",
             "exploit_test": exploit_test,
         },
+        evaluation={"at_end": "none", "every": 2},
     )
     pbt = scheduler(load_and_resolve(write_experiment(folder / "pop.yaml", data)))
     seen: list[dict[str, Any]] = []
