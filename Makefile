@@ -50,8 +50,12 @@ run: setup
 demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096
 
+# Two workers, a test file each at a time (a module's Ray and fixtures stay with it): on
+# 2 cores much of a test's time is waiting (Ray starting, processes importing torch),
+# which the other worker fills. Every test starts a Ray of its own (the cluster tier on
+# ports it chooses), so two run side by side. docs/testing.md has the budget.
 test: setup test-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # Everything but the tests that start Ray, train or run a script end to end; none of the
 # rest needs Chromium.
