@@ -18,8 +18,10 @@ Protocol:
   ``experiments/lunarlander_pb2.yaml``) and its search space; every arm runs it with
   ``workbench run`` in a subprocess, changing only the scheduler and the searcher.
   ``pbt`` and ``pb2`` run with the workbench's shipped defaults (ranking on short
-  evaluations, Welch's test before an exploit); ``pbt_score`` is PBT as it was before
-  them (the training window ranks, any higher score clones), kept for development.
+  evaluations, Welch's test before an exploit) and the task's exploit margin
+  (``scheduler.exploit_min_gain`` of its experiment: 50 on MountainCar); ``pbt_score``
+  is PBT as it was before them (the training window ranks, any higher score clones) and
+  ``pbt_no_margin`` PBT without the margin, both kept for development.
 * Equal budget: ``--budget`` env steps in all per run. ``pbt``, ``pbt_score``, ``pb2``
   and ``random`` (FIFO with random draws): ``--population`` members, each stopped at
   budget/population env steps; ``asha_optuna``: twice the members, suggested by
@@ -83,7 +85,7 @@ TASKS = {
     "mountaincar": ROOT / "experiments" / "mountaincar_continuous_pbt.yaml",
     "lunarlander": ROOT / "experiments" / "lunarlander_pb2.yaml",
 }
-ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_score")
+ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_score", "pbt_no_margin")
 DEFAULT_ARMS = ("pbt", "pb2", "asha_optuna", "random")
 ANCHOR = "random"
 DEV_SEEDS = range(0, 50)
@@ -126,8 +128,20 @@ class Budget:
         return max(1, self.member_steps // self.steps_per_iteration)
 
 
-def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -> list[str]:
-    """The `--set`s that make the task's experiment into this arm (see Protocol)."""
+def task_min_gain(task: Path) -> float:
+    """The task's ``scheduler.exploit_min_gain``: part of its reward's structure, which
+    its PBT and PB2 arms keep (0 when the experiment sets none)."""
+    import yaml
+
+    scheduler = yaml.safe_load(task.read_text()).get("scheduler") or {}
+    return float(scheduler.get("exploit_min_gain", 0.0))
+
+
+def arm_overrides(
+    arm: str, budget: Budget, seed: int, quantile: float = 0.25, min_gain: float = 0.0
+) -> list[str]:
+    """The `--set`s that make the task's experiment into this arm (see Protocol);
+    ``min_gain`` is the task's exploit margin (task_min_gain)."""
     common = [
         f"seed={seed}",
         "stop.return_mean=null",
@@ -136,8 +150,9 @@ def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -
         f"stop.population_env_steps={budget.total_env_steps}",
     ]
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
-    if arm in ("pbt", "pbt_score"):
-        rules = ", rank_on: score, exploit_test: none" if arm == "pbt_score" else ""
+    margin = f", exploit_min_gain: {min_gain}" if min_gain else ""
+    if arm in ("pbt", "pbt_score", "pbt_no_margin"):
+        rules = {"pbt": margin, "pbt_score": ", rank_on: score, exploit_test: none"}.get(arm, "")
         scheduler = (
             f"scheduler={{type: pbt, perturbation_interval: 4, burn_in_period: 4, "
             f"quantile_fraction: {quantile}{rules}}}"
@@ -146,7 +161,8 @@ def arm_overrides(arm: str, budget: Budget, seed: int, quantile: float = 0.25) -
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "pb2":
         scheduler = (
-            f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}}}"
+            f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}"
+            f"{margin}}}"
         )
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "random":
@@ -262,11 +278,12 @@ def run_once(
     episodes: int,
     extra: list[str],
     quantile: float = 0.25,
+    min_gain: float = 0.0,
 ) -> Run:
     name = _name(arm, seed)
     storage = root / name
     log = root / f"{name}.log"
-    sets = [*arm_overrides(arm, budget, seed, quantile), f"storage={storage}", *extra]
+    sets = [*arm_overrides(arm, budget, seed, quantile, min_gain), f"storage={storage}", *extra]
     command = [
         *workbench_command(),
         "run",
@@ -529,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget, args.population, steps_per_iteration)
     # Two members: the bottom half is one member (quantile 0.25 would exploit none).
     quantile = 0.5 if args.population < 4 else 0.25
+    min_gain = task_min_gain(task)
     again = args.measure_again
     if again is not None and not again.is_dir():
         parser.error(f"--measure-again: {again} is not a folder a --root run left")
@@ -553,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 done = finished(root, arm, seed)
                 run = done or run_once(
-                    task, arm, seed, budget, root, args.episodes, extra, quantile
+                    task, arm, seed, budget, root, args.episodes, extra, quantile, min_gain
                 )
             if run.returncode == 0:  # a failed run is tried again in the next sitting
                 save(root, run)

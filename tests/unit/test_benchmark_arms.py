@@ -140,8 +140,9 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
         "asha_optuna": "asha",
         "random": "fifo",
         "pbt_score": "pbt",
+        "pbt_no_margin": "pbt",
     }
-    for arm in ("pbt", "pb2", "random", "pbt_score"):
+    for arm in ("pbt", "pb2", "random", "pbt_score", "pbt_no_margin"):
         e = resolved[arm]
         assert (e.population, e.stop.env_steps) == (4, 24_576), arm
     asha = resolved["asha_optuna"]
@@ -166,6 +167,23 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
             e.env.id == "sim_ext/MountainCarContinuous-v0"
             and e.training == resolved["pbt"].training
         ), arm
+
+
+def test_pbt_and_pb2_arms_keep_the_tasks_exploit_margin(tmp_path: Path) -> None:
+    shootout = _benchmark("scheduler_shootout")
+    task = shootout.TASKS["mountaincar"]
+    assert shootout.task_min_gain(task) == 50.0  # the flag's +100, halved: its comment
+    assert shootout.task_min_gain(shootout.TASKS["lunarlander"]) == 0.0
+    budget = shootout.Budget(total_env_steps=98_304, population=4, steps_per_iteration=2048)
+    margins = {
+        arm: load_and_resolve(
+            task,
+            [*shootout.arm_overrides(arm, budget, 5, min_gain=50.0), f"storage={tmp_path}"],
+            check_results=False,
+        ).experiment.scheduler.exploit_min_gain  # type: ignore[union-attr]
+        for arm in ("pbt", "pb2", "pbt_no_margin", "pbt_score")
+    }
+    assert margins == {"pbt": 50.0, "pb2": 50.0, "pbt_no_margin": 0.0, "pbt_score": 0.0}
 
 
 def test_the_shootouts_seeds_are_labelled_and_development_seeds_checked() -> None:

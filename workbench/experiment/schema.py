@@ -120,6 +120,17 @@ class _ExploitRules(_Strict):
     exploit_alpha: float = Field(
         0.05, gt=0, lt=1, description="The test's significance level (one-sided)."
     )
+    exploit_min_gain: float = Field(
+        0.0,
+        ge=0,
+        le=1e12,
+        description="The smallest gain in return worth a clone, in the task's reward units: "
+        "the donor's mean must beat the target's by more than this (with exploit_test: "
+        "welch, significantly so). 0: any gain. Where small differences are not progress "
+        "(MountainCarContinuous: action costs of a few points separate members before any "
+        "has reached the flag's +100), a clone over them spreads one habit and ends the "
+        "others' exploration (docs/scores.md).",
+    )
 
 
 class PbtSection(_ExploitRules):

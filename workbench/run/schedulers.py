@@ -400,13 +400,17 @@ def ranked_stats(result: dict[str, Any], metric: str) -> Stats | None:
     )
 
 
-def clearly_better(donor: Stats | None, target: Stats | None, alpha: float) -> bool:
-    """Whether the donor's mean is above the target's by Welch's one-sided t-test at
-    ``alpha`` (the PBT paper's t-test selection). Without the figures to test (one
-    episode, an unknown std) a higher mean is enough, as in truncation selection."""
+def clearly_better(
+    donor: Stats | None, target: Stats | None, alpha: float, min_gain: float = 0.0
+) -> bool:
+    """Whether the donor's mean is above the target's by more than ``min_gain`` by
+    Welch's one-sided t-test at ``alpha`` (the PBT paper's t-test selection, with a
+    margin: H0 is a gain of at most ``min_gain``). Without the figures to test (one
+    episode, an unknown std) a mean higher by more than ``min_gain`` is enough, as in
+    truncation selection."""
     if donor is None or target is None:
         return True
-    if donor.mean <= target.mean:
+    if donor.mean - min_gain <= target.mean:
         return False
     if donor.n < 2 or target.n < 2 or not (math.isfinite(donor.std) and math.isfinite(target.std)):
         return True
@@ -418,7 +422,7 @@ def clearly_better(donor: Stats | None, target: Stats | None, alpha: float) -> b
     from scipy.stats import ttest_ind_from_stats
 
     test = ttest_ind_from_stats(
-        donor.mean,
+        donor.mean - min_gain,
         sd,
         donor.n,
         target.mean,
@@ -450,6 +454,8 @@ class FreshExploits:
     _time_attr: str
     # Welch's t-test at this level before a member is cloned over (None: no test).
     exploit_alpha: float | None = None
+    # The smallest gain in the ranked metric worth a clone (scheduler.exploit_min_gain).
+    exploit_min_gain: float = 0.0
 
     def _checkpoint_or_exploit(
         self,
@@ -468,11 +474,15 @@ class FreshExploits:
                 donor_state = self._trial_state[donor]
                 # A tie is no evidence: a trial whose score equals the donor's (its
                 # copied window, no episode ended since) is not cloned over again.
-                if not donor_state.last_score > state.last_score:
+                # Nor is a gain below the margin (exploit_min_gain).
+                if not donor_state.last_score - self.exploit_min_gain > state.last_score:
                     continue
                 # Nor is a difference within the evaluations' noise (exploit_test).
                 if self.exploit_alpha is not None and not clearly_better(
-                    ranked.get(donor.trial_id), ranked.get(trial.trial_id), self.exploit_alpha
+                    ranked.get(donor.trial_id),
+                    ranked.get(trial.trial_id),
+                    self.exploit_alpha,
+                    self.exploit_min_gain,
                 ):
                     continue
                 now = int(donor_state.last_train_time)
@@ -678,6 +688,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         pbt._hyperparam_keys = tuple(space)
         pbt._space = dict(space)
         pbt.exploit_alpha = alpha
+        pbt.exploit_min_gain = section.exploit_min_gain
         return pbt
     if section.type == "pb2":
         pb2 = WorkbenchPB2(
@@ -697,6 +708,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         )
         pb2._hyperparam_keys = tuple(space)
         pb2.exploit_alpha = alpha
+        pb2.exploit_min_gain = section.exploit_min_gain
         return pb2
     if section.type == "replay":
         return replay_scheduler(resolved)
