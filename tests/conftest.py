@@ -45,6 +45,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
 
 
+@pytest.fixture(autouse=True)
+def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The width the tables fit, the same for every test however the suite runs: the
+    workbench's own fallback (100 columns, no terminal) unless a test sets its own.
+    Without it the width was the caller's: an 80-column terminal, or pytest-xdist's
+    workers (which export COLUMNS=80), dropped table columns some tests read."""
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _no_ray_left_running() -> Iterator[None]:
     """A module that leaves Ray initialized (workbench.launch.run starts one and, as a
