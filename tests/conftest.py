@@ -45,6 +45,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
 
 
+# Under pytest-xdist (`make test`: -n 2 --dist loadfile) a test file runs whole on one
+# worker, so its module fixtures (a Ray, a store) are made once. The files that use the
+# shared PBT population below run on one worker too: each worker would train its own.
+SHARED_POPULATION_SCOPE = "pbt_population"
+SHARED_POPULATION_FILES = frozenset(
+    path.relative_to(TESTS.parent).as_posix()
+    for path in TESTS.rglob("test_*.py")
+    if "pbt_population" in path.read_text()
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_POPULATION_SCOPE if module in SHARED_POPULATION_FILES else module
+
+    return ByFile(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
     """The width the tables fit, the same for every test however the suite runs: the
