@@ -24,7 +24,7 @@ from workbench.trial.manifest import problem
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 ITERATIONS = 30
-KILLS = 3
+KILLS = 2
 
 
 def _start(args: list[str]) -> subprocess.Popen[bytes]:
