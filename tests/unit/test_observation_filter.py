@@ -15,12 +15,13 @@ import torch
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.filter import MeanStdFilter
 
-from tests.support.bad_files import problem_about, rejected
+from tests.support.env_runners import runner_config
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import algorithm_config
 from workbench.trial.fast_runner import FastEnvRunner
 from workbench.trial.observation_filter import (
+    BatchFilter,
     Normalize,
     ObservationStats,
     mean_std_filter,
@@ -33,10 +34,17 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
     return write_experiment(tmp_path, tiny_ppo(tmp_path, env=env, **fields))
 
 
-def test_a_normalising_trial_samples_behind_rllibs_filter(tmp_path: Path) -> None:
+def test_a_normalising_trial_samples_with_the_fast_runner_behind_rllibs_filter(
+    tmp_path: Path,
+) -> None:
     config = algorithm_config(load_and_resolve(_experiment(tmp_path), check_results=False))
     assert config._env_to_module_connector is mean_std_filter
-    assert config.env_runner_cls in (None, SingleAgentEnvRunner)  # not the fast runner
+    assert config.env_runner_cls is FastEnvRunner
+    config = algorithm_config(
+        load_and_resolve(_experiment(tmp_path, env_runner="rllib"), check_results=False)
+    )
+    assert config._env_to_module_connector is mean_std_filter
+    assert config.env_runner_cls in (None, SingleAgentEnvRunner)
     plain = tiny_ppo(tmp_path, env={"id": "sim_ext/MountainCarContinuous-v0"})
     config = algorithm_config(
         load_and_resolve(write_experiment(tmp_path, plain), check_results=False)
@@ -44,9 +52,67 @@ def test_a_normalising_trial_samples_behind_rllibs_filter(tmp_path: Path) -> Non
     assert config._env_to_module_connector is None and config.env_runner_cls is FastEnvRunner
 
 
-def test_the_fast_runner_with_normalisation_is_refused(tmp_path: Path) -> None:
-    path = _experiment(tmp_path, env_runner="fast")
-    problem_about(rejected(path), path, "env_runner", "does not run RLlib's observation filter")
+def test_the_batch_filter_is_rllibs_filter_row_by_row() -> None:
+    """BatchFilter's vector step is the connector's N calls: the same outputs and the same
+    state (statistics and the sync buffer), from a fresh filter and across a sync."""
+    space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    rllib, ours = mean_std_filter(), mean_std_filter()
+    for connector in (rllib, ours):
+        connector.input_observation_space = space
+        connector.input_action_space = gym.spaces.Discrete(2)
+    batch = BatchFilter(ours)
+    rllib.get_state()
+    reference = next(iter(rllib._filters.values()))
+    rng = np.random.default_rng(0)
+    scale = np.array([0.5, 0.02, 40.0])
+    for step in range(30):
+        rows = (rng.normal(size=(7, 3)) * scale + [-0.5, 0.0, 3.0]).astype(np.float32)
+        if step == 0:
+            rows[1:] = rows[0]  # a zero variance at the start: std 0, clipped
+        expected = np.stack([reference(row) for row in rows])
+        got = batch(rows)
+        assert got.dtype == expected.dtype == np.float32
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        if step == 10:  # RLlib merging remote runners' deltas clears the buffers
+            for f in (reference, batch._filter):
+                f.buffer = type(f.buffer)(f.buffer.shape)
+                f.running_stats.num_pushes_delta = 0
+                f.running_stats.mean_delta_array[...] = 0
+                f.running_stats.sum_sq_diff_delta_array[...] = 0
+    for name in ("running_stats", "buffer"):
+        a, b = getattr(reference, name), getattr(batch._filter, name)
+        assert (a.num_pushes, a.num_pushes_delta) == (b.num_pushes, b.num_pushes_delta)
+        for field in ("mean_array", "mean_delta_array", "sum_sq_diff_array"):
+            np.testing.assert_allclose(getattr(b, field), getattr(a, field), rtol=1e-9)
+        np.testing.assert_allclose(b.sum_sq_diff_delta_array, a.sum_sq_diff_delta_array, rtol=1e-9)
+
+
+def test_the_fast_runner_samples_what_rllibs_runner_does_behind_the_filter() -> None:
+    """Normalised observations in the episodes, the same actions, and the same statistics
+    in the runner's state as RLlib's runner with its connector (to rounding)."""
+    config = runner_config("sim_ext/MountainCarContinuous-v0", 8).env_runners(
+        env_to_module_connector=mean_std_filter
+    )
+    rllib = SingleAgentEnvRunner(config=config)
+    fast = FastEnvRunner(config=config)
+    assert fast.fast, fast.fallback_reason
+    fast.module.set_state(rllib.module.get_state())
+    for call in range(3):
+        torch.manual_seed(call)
+        expected = rllib.sample(num_timesteps=400, explore=True)
+        torch.manual_seed(call)
+        got = fast.sample(num_timesteps=400, explore=True)
+        assert len(got) == len(expected)
+        for a, b in zip(expected, got, strict=True):
+            assert (a.t_started, a.t, len(a)) == (b.t_started, b.t, len(b))
+            np.testing.assert_allclose(
+                b.observations.data, a.observations.data, rtol=1e-4, atol=1e-4
+            )
+            np.testing.assert_allclose(b.actions.data, a.actions.data, rtol=1e-4, atol=1e-4)
+            assert np.abs(b.observations.data).max() <= 10.0
+    assert runner_stats(fast).count == runner_stats(rllib).count == 3 * 400 + 8
+    np.testing.assert_allclose(runner_stats(fast).mean, runner_stats(rllib).mean, rtol=1e-6)
+    np.testing.assert_allclose(runner_stats(fast).std, runner_stats(rllib).std, rtol=1e-5)
 
 
 def test_the_statistics_are_rllibs_arithmetic_and_round_trip_as_json() -> None:

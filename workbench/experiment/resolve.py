@@ -531,16 +531,6 @@ def _check_combinations(experiment: Experiment, where: str, problems: list[Probl
                 f"{experiment.algorithm}; valid here: 'auto' or 'rllib'",
             )
         )
-    if experiment.env_runner == "fast" and experiment.env.normalize_observations:
-        problems.append(
-            Problem(
-                where,
-                "env_runner",
-                "'fast' does not run RLlib's observation filter, which "
-                "env.normalize_observations: true asks for; valid here: 'auto' or 'rllib' "
-                "(or normalize_observations: false)",
-            )
-        )
     _check_learner(experiment, where, problems)
     scheduler = experiment.scheduler
     population_based = isinstance(scheduler, PbtSection | Pb2Section)

@@ -81,8 +81,8 @@ class EnvSection(_Strict):
         description="Normalise observations with a running mean and standard deviation "
         "(RLlib's MeanStdFilter, clipped to +-10) learnt while the trial samples; the "
         "statistics go with the policy into its checkpoints, evaluations and exports. Helps "
-        "where observation scales differ widely (MountainCar). Samples with RLlib's env "
-        "runner (env_runner 'auto' or 'rllib').",
+        "where observation scales differ widely (MountainCar). The fast env runner "
+        "applies the filter to each vector step, with RLlib's statistics.",
     )
 
 

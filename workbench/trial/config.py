@@ -82,9 +82,9 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
     )
     apply_resources(config, resolved)
     apply_defaults(config, resolved.defaults)
-    if exp.env.normalize_observations:  # RLlib's runner runs its connector (resolve)
+    if exp.env.normalize_observations:
         config.env_runners(env_to_module_connector=mean_std_filter)
-    elif exp.env_runner == "fast" or (
+    if exp.env_runner == "fast" or (
         exp.env_runner == "auto" and exp.algorithm in FAST_RUNNER_ALGORITHMS
     ):
         config.env_runners(env_runner_cls=FastEnvRunner)

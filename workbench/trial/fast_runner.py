@@ -55,6 +55,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
+from workbench.trial.observation_filter import BatchFilter, find_filter, mean_std_filter
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,10 @@ def unsupported_reason(runner: SingleAgentEnvRunner) -> str | None:
         return "the observation space is not a Box"
     if not isinstance(env.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         return "the action space is neither Discrete nor Box"
-    if config._env_to_module_connector is not None or config._module_to_env_connector is not None:
+    if config._module_to_env_connector is not None or config._env_to_module_connector not in (
+        None,
+        mean_std_filter,  # env.normalize_observations: applied on the batch (BatchFilter)
+    ):
         return "custom connectors are configured"
     if not (
         config.add_default_connectors_to_env_to_module_pipeline
@@ -208,10 +212,16 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         self._carries: list[_Carry | None] | None = None
         self._obs_now: np.ndarray | None = None
         self._categorical = False
+        self._obs_filter: BatchFilter | None = None
+        if self.fast and self.env is not None:
+            connector = find_filter(self)
+            self._obs_filter = BatchFilter(connector) if connector is not None else None
         if self.module is not None:
             self._categorical = self.module.get_exploration_action_dist_cls() is TorchCategorical
         if self.env is not None:
             obs_space = self.env.single_observation_space
+            if self._obs_filter is not None:
+                obs_space = self._obs_filter.observation_space
             act_space = self.env.single_action_space
             self._spaces = (
                 obs_space,
@@ -259,6 +269,8 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         # RLlib's episode objects are not kept by this loop.
         self._ongoing_episodes = [None for _ in range(self.num_envs)]
         obs = np.asarray(observations)
+        if self._obs_filter is not None:
+            obs = self._obs_filter(obs)
         now = time.perf_counter()
         self._carries = [_Carry(obs[i : i + 1].copy(), now) for i in range(self.num_envs)]
         return obs
@@ -363,6 +375,8 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
                 end = time.perf_counter()
                 t_env += end - middle
                 t_infer += middle - start
+                if self._obs_filter is not None:
+                    obs_now = self._obs_filter(obs_now)
                 stepped = np.logical_not(pending)
                 rollout.obs[k] = obs_now
                 rollout.stepped[k] = stepped

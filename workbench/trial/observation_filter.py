@@ -146,3 +146,68 @@ def runner_stats(holder: Any) -> ObservationStats | None:
         clip=None if not clip else float(clip),
         count=int(running.num_pushes),
     )
+
+
+def _push_rows(stat: RunningStat, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pushes ``rows`` (k, *shape) into ``stat`` as k of RLlib's ``RunningStat.push``
+    calls would, in one pass: Welford's recurrences unrolled with cumulative sums (the
+    same values up to rounding). Returns the mean and the sum of squared differences
+    after each row, (k, *shape) each, for the normalisation of that row."""
+    n0 = stat.num_pushes
+    k = rows.shape[0]
+    counts = (n0 + np.arange(1, k + 1, dtype=np.float64)).reshape((k,) + (1,) * (rows.ndim - 1))
+    start = np.asarray(stat.mean_array, dtype=np.float64)
+    means = (n0 * start + np.cumsum(rows, axis=0)) / counts
+    before = np.concatenate([start[None], means[:-1]])
+    # S_i = S_{i-1} + (x_i - M_{i-1})(x_i - M_i); the first push ever adds nothing.
+    terms = (rows - before) * (rows - means)
+    if n0 == 0:
+        terms[0] = 0.0
+    sums = stat.sum_sq_diff_array + np.cumsum(terms, axis=0)
+    if n0 == 0:  # RLlib's first push sets the mean (and its delta) to the value
+        stat.mean_delta_array[...] = means[-1]
+    else:
+        stat.mean_delta_array[...] += means[-1] - start
+    stat.sum_sq_diff_delta_array[...] += sums[-1] - stat.sum_sq_diff_array
+    stat.mean_array[...] = means[-1]
+    stat.sum_sq_diff_array[...] = sums[-1]
+    stat.num_pushes += k
+    stat.num_pushes_delta += k
+    return means, sums
+
+
+class BatchFilter:
+    """A trial's MeanStdFilter connector applied to a whole vector step at once, for the
+    fast env runner: each row is pushed into the connector's statistics (and its sync
+    buffer) and normalised with the statistics after its own push, in env order, as
+    RLlib's runner calls the connector once per env per step. The statistics stay the
+    connector's, so checkpoints, exploits and RLlib's merging of runners see no
+    difference."""
+
+    def __init__(self, connector: MeanStdFilter) -> None:
+        connector.get_state()  # builds the per-agent filter on first use
+        self.connector = connector
+        filters = connector._filters or {}
+        self._filter = next(iter(filters.values()))  # single-agent: one
+
+    @property
+    def observation_space(self) -> Any:
+        """The normalised observations' space (RLlib's episodes carry it)."""
+        return self.connector.observation_space
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        f = self._filter
+        rows = np.asarray(obs, dtype=np.float64)
+        means, sums = _push_rows(f.running_stats, rows)
+        _push_rows(f.buffer, rows)  # type: ignore[arg-type]  # built with the filter
+        x = rows
+        if f.demean:
+            x = x - means
+        if f.destd:
+            n = f.running_stats.num_pushes - rows.shape[0] + np.arange(1, rows.shape[0] + 1)
+            n = n.reshape((-1,) + (1,) * (rows.ndim - 1))
+            var = np.where(n > 1, sums / np.maximum(n - 1, 1), 0.0).astype(np.float32)
+            x = x / (np.sqrt(np.maximum(0, var)) + SMALL_NUMBER)
+        if f.clip:
+            x = np.clip(x, -f.clip, f.clip)
+        return x.astype(obs.dtype)
