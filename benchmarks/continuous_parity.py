@@ -17,11 +17,11 @@ Zoo's values for the task (``FIXED``). Arms:
   nothing), the network the file would get without its ``model`` section.
 
 Every ``--eval-every`` env steps, and at the end, the policy is evaluated deterministically
-(``--eval-episodes`` episodes, ``--final-episodes`` (100) at the end; episode k reset with seed 10_000 + k) by the
-workbench's evaluation rollout. Printed: per run its evaluations and wall time; per arm the
-final evaluation and the area under the evaluation curve (the mean of its evaluations:
-learning per env step), median [min-max] over seeds; and each arm's per-seed differences
-with ``rllib`` (the anchor). The last line is JSON when ``--json`` is not given.
+(``--eval-episodes`` episodes, ``--final-episodes`` (100) at the end; episode k reset with
+seed 10_000 + k) by the workbench's evaluation rollout. Printed: per run its evaluations and
+wall time; per arm the final evaluation and the area under the evaluation curve (the mean
+of its evaluations: learning per env step), median [min-max] over seeds; and each arm's
+per-seed differences with ``rllib`` (the anchor). The last line is JSON when ``--json`` is not given.
 """
 
 from __future__ import annotations
@@ -209,9 +209,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     print(f"\nper arm over seeds, median [min-max] ({args.budget:,} env steps a run)")
-    print(f"| {'arm':<9} | {'final (100 ep.)':>24} | {'mean of evaluations':>24} | {'train s':>20} |")
+    header = f"| {'arm':<9} | {'final':>24} | {'mean of evaluations':>24} | {'train s':>20} |"
+    print(header)
     print(f"|{'-' * 11}|{'-' * 26}|{'-' * 26}|{'-' * 22}|")
-    by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
+    by_arm = {
+        arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms
+    }
     for arm, mine in by_arm.items():
         if not mine:
             continue

@@ -7,7 +7,7 @@ Usage::
     .venv/bin/python benchmarks/population_throughput.py                      # both tasks, 4 and 8
     .venv/bin/python benchmarks/population_throughput.py --task lunarlander --populations 4 \\
         --rounds 3 --arms parts,workbench
-    .venv/bin/python benchmarks/population_throughput.py --quick               # a smoke run (the test)
+    .venv/bin/python benchmarks/population_throughput.py --quick   # a smoke run (the test)
 
 Method. One local Ray of ``--cpus`` CPUs for the whole script; per task and population the arms
 run in ``--rounds`` interleaved rounds (each arm once per round, the order alternating):
@@ -121,7 +121,8 @@ def experiment_data(
     data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
     scheduler = data.get("scheduler") or {}
     if "quantile_fraction" in scheduler:  # at least one member in the bottom quantile
-        scheduler["quantile_fraction"] = min(0.5, max(scheduler["quantile_fraction"], 1 / population))
+        wanted = max(scheduler["quantile_fraction"], 1 / population)
+        scheduler["quantile_fraction"] = min(0.5, wanted)
     return data
 
 
@@ -312,10 +313,10 @@ def run_sb3(
     steps = args.sb3_steps or task.sb3_steps
     member = Path(__file__).resolve().parent / "sb3_member.py"
     start = time.perf_counter()
+    command = [str(args.zoo_python), str(member), "--env", task.gym_id, "--steps", str(steps)]
     processes = [
         subprocess.Popen(
-            [str(args.zoo_python), str(member), "--env", task.gym_id, "--steps", str(steps)]
-            + ["--seed", str(seed)],
+            [*command, "--seed", str(seed)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -350,11 +351,16 @@ def report(task_name: str, population: int, runs: dict[str, list[dict[str, float
         label = f"parts' ceiling ({parts[0]['network']})"
         print(f"| {label:<30} | {spread(rates, '.0f'):>26} | {'-':>22} | {'-':>7} |")
         envs = [p["env_rate"] for p in parts]
-        print(f"| {'  env alone, one core':<30} | {spread(envs, '.0f'):>26} | {'-':>22} | {'-':>7} |")
+        label = "  env alone, one core"
+        print(f"| {label:<30} | {spread(envs, '.0f'):>26} | {'-':>22} | {'-':>7} |")
         learn = [p["batch"] / p["learner_s"] for p in parts]
         label = f"  learner alone, one core ({parts[0]['learner'][:8]})"
         print(f"| {label:<30} | {spread(learn, '.0f'):>26} | {'-':>22} | {'-':>7} |")
-    names = {"workbench": "workbench", "rllib": "Tune + RLlib defaults", "sb3": "SB3 + RL Zoo, N processes"}
+    names = {
+        "workbench": "workbench",
+        "rllib": "Tune + RLlib defaults",
+        "sb3": "SB3 + RL Zoo, N processes",
+    }
     for arm, label in names.items():
         figures = runs.get(arm, [])
         if not figures:
@@ -439,7 +445,13 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
 
-                def one(arm: str, task: Task = task, population: int = population) -> Any:
+                def one(
+                    arm: str,
+                    task: Task = task,
+                    population: int = population,
+                    task_name: str = task_name,
+                    sub: argparse.Namespace = sub,
+                ) -> Any:
                     where = Path(tempfile.mkdtemp(prefix=f"{arm}-", dir=folder))
                     if arm == "parts":
                         return run_parts(args, task_name, where)

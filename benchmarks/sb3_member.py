@@ -43,7 +43,7 @@ def zoo_entry(env_id: str) -> dict[str, Any]:
             params[key] = lambda progress, start=start: progress * start
         elif key == "policy_kwargs" and isinstance(value, str):
             # RL Zoo evaluates this string (e.g. "dict(log_std_init=-3.29, ortho_init=False)").
-            params[key] = eval(value, {"__builtins__": {}}, {"dict": dict, "nn": torch.nn})  # noqa: S307
+            params[key] = eval(value, {"__builtins__": {}}, {"dict": dict, "nn": torch.nn})
         else:
             params[key] = value
     return params
