@@ -21,7 +21,7 @@ Every ``--eval-every`` env steps, and at the end, the policy is evaluated determ
 seed 10_000 + k) by the workbench's evaluation rollout. Printed: per run its evaluations and
 wall time; per arm the final evaluation and the area under the evaluation curve (the mean
 of its evaluations: learning per env step), median [min-max] over seeds; and each arm's
-per-seed differences with ``rllib`` (the anchor). The last line is JSON when ``--json`` is not given.
+per-seed differences with ``rllib`` (the anchor); all runs as JSON with ``--json``.
 """
 
 from __future__ import annotations
