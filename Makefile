@@ -19,7 +19,8 @@ PYSRC := $(shell find workbench sim_ext -name '*.py')
 
 .PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv docs clean
 
-setup: $(STAMP)/ext
+# Every shipped experiment runs after it: the LunarLander one needs the box2d extra.
+setup: $(STAMP)/ext $(STAMP)/box2d
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,8 +74,8 @@ test-%: setup
 
 test-browser: test-deps
 
-# The box2d extra (pyproject.toml): the LunarLander experiment's test runs where it is
-# installed, and CI installs it here.
+# The box2d extra (pyproject.toml): Gymnasium's Box2D envs, which the LunarLander
+# experiment uses (setup installs it, so `workbench validate experiments/*.yaml` passes).
 $(STAMP)/box2d: pyproject.toml | $(PY)
 	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['box2d'])")
 	@mkdir -p $(STAMP) && touch $@

@@ -126,6 +126,13 @@ def experiment_data(
     return data
 
 
+def rllib_data(data: dict[str, Any]) -> dict[str, Any]:
+    """The experiment on RLlib's own env runner, learner and default networks."""
+    data = {**data, "defaults": "rllib", "env_runner": "rllib", "learner": "rllib"}
+    data.pop("model", None)
+    return data
+
+
 def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
     from workbench.experiment.resolve import load_and_resolve
 
@@ -138,9 +145,7 @@ def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
 def population_figures(trials_dir: Path, wall_s: float, population: int) -> dict[str, float]:
     trials = list(read_trials(trials_dir).values())
     steps = sum(
-        number_at(r, "env_runners", "num_env_steps_sampled") or 0.0
-        for rows in trials
-        for r in rows
+        number_at(r, "env_runners", "num_env_steps_sampled") or 0.0 for rows in trials for r in rows
     )
     train_s = sum(float(r.get("time_this_iter_s", 0.0)) for rows in trials for r in rows)
     return {
@@ -205,6 +210,9 @@ def parts_main(task_name: str, folder: Path) -> int:
     env.close()
 
     config.env_runners(num_env_runners=0)
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    hiddens = config.model_config.get("fcnet_hiddens") or DefaultModelConfig().fcnet_hiddens
     algo = config.build_algo()
     episodes = algo.env_runner.sample(num_timesteps=batch, explore=True)
     learner = algo.learner_group._learner
@@ -228,7 +236,7 @@ def parts_main(task_name: str, folder: Path) -> int:
                 "env_s": env_s,
                 "learner_s": statistics.median(times),
                 "learner": type(learner).__name__,
-                "network": str(config.model_config.get("fcnet_hiddens", "")),
+                "network": "x".join(map(str, hiddens)),
                 "env_rate": batch / env_s,
             }
         )
@@ -280,9 +288,9 @@ def run_rllib(
 
     from workbench.trial.config import algorithm_config
 
-    data = experiment_data(task, population, args.iterations, args.cpus, folder, "rllib")
-    data.update(defaults="rllib", env_runner="rllib", learner="rllib")
-    data.pop("model", None)
+    data = rllib_data(
+        experiment_data(task, population, args.iterations, args.cpus, folder, "rllib")
+    )
     resolved = resolved_experiment(data, folder)
     config = algorithm_config(resolved)
     space = config.to_dict()

@@ -246,3 +246,40 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
     assert "measured again from" in measured.stdout
     remeasured = [line for line in measured.stdout.splitlines() if line.startswith("| 0 |")]
     assert [r.split("|")[7:10] for r in remeasured] == [r.split("|")[7:10] for r in rows]
+
+
+def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
+    tmp_path: Path,
+) -> None:
+    # MountainCar (sim_ext: no box2d needed), 2 trials x 2 iterations; SB3 needs RL Zoo's
+    # virtualenv, which the test points at a missing path to see the arm skipped aloud.
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "population_throughput.py"),
+            *("--quick", "--task", "mountaincar", "--json", str(out)),
+            *("--zoo-python", str(tmp_path / "no-zoo" / "python")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sb3 arm skipped: no " in result.stdout
+    rows = _table_rows(result.stdout)
+    for label in ("workbench", "Tune + RLlib defaults", "env alone, one core"):
+        assert label in rows, sorted(rows)
+    assert "workbench iterations (workbench diagnose" in result.stdout
+    runs = json.loads(out.read_text())["mountaincar/2"]
+    assert set(runs) == {"parts", "workbench", "rllib"}
+    parts = runs["parts"][0]
+    assert parts["learner"] == "LeanPPOTorchLearner" and parts["batch"] == 2048
+    assert parts["ceiling"] > 0 and parts["env_rate"] > parts["ceiling"] / 2
+    for arm in ("workbench", "rllib"):
+        figures = runs[arm][0]
+        assert figures["env_steps"] == 2 * 2 * 2048, arm  # 2 trials x 2 iterations
+        assert 0 < figures["outside"] < 1 and figures["rate"] > 0
+    assert 0 < runs["workbench"][0]["learner"] < 1

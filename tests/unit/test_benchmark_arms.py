@@ -242,3 +242,26 @@ def test_the_shootouts_statistics() -> None:
     assert stats.improvement([10.0, 11.0], [1.0, 2.0]).value == 1.0
     # One seed: a figure without an interval.
     assert stats.iqm_interval([3.0]).text() == "3.0 [-]"
+
+
+@pytest.mark.parametrize("task_name", ["lunarlander", "mountaincar"])
+@pytest.mark.parametrize("population", [4, 8])
+def test_population_throughput_runs_the_shipped_experiment_all_at_once(
+    tmp_path: Path, task_name: str, population: int
+) -> None:
+    pt = _benchmark("population_throughput")
+    task = pt.TASKS[task_name]
+    data = pt.experiment_data(task, population, 6, 2, tmp_path, "workbench")
+    resolved = pt.resolved_experiment(data, tmp_path / "wb").experiment
+    shipped = load_and_resolve(task.experiment, check_results=False).experiment
+    # Every trial at once on 2 CPUs; the file's settings otherwise.
+    assert resolved.resources.cpus_main + resolved.resources.cpus_per_learner == 2 / population
+    assert resolved.population == population and resolved.stop.iterations == 6
+    assert resolved.training == shipped.training and resolved.model == shipped.model
+    assert resolved.scheduler.type == shipped.scheduler.type
+    assert resolved.evaluation.at_end == "none"
+    assert resolved.evaluation.every == shipped.evaluation.every
+    assert population * resolved.scheduler.quantile_fraction >= 1
+    rllib = pt.resolved_experiment(pt.rllib_data(data), tmp_path / "rl").experiment
+    assert (rllib.env_runner, rllib.learner, rllib.defaults) == ("rllib", "rllib", "rllib")
+    assert not rllib.model

@@ -215,13 +215,17 @@ def explore(
 
 
 def search_space_dirs(experiment_file: Path | None) -> list[Path]:
-    """Where `search_space.file` is looked up: next to the experiment, then the project's."""
+    """Where `search_space.file` is looked up: next to the experiment, then the project's:
+    the shipped spaces are workbench/search_spaces in an installed wheel and the top-level
+    search_spaces/ of a clone (pyproject.toml maps one onto the other)."""
     dirs = []
     if experiment_file is not None:
         dirs.append(experiment_file.parent)
         dirs.append(experiment_file.parent.parent / "search_spaces")
     dirs.append(Path.cwd() / "search_spaces")
-    dirs.append(Path(__file__).resolve().parents[1] / "search_spaces")
+    package = Path(__file__).resolve().parents[1]
+    dirs.append(package / "search_spaces")  # installed from the wheel
+    dirs.append(package.parent / "search_spaces")  # a clone (editable install)
     unique: list[Path] = []
     for d in dirs:
         if d not in unique:

@@ -1,0 +1,83 @@
+"""The package as pip installs it: every module it imports comes from a dependency it
+declares, and the shipped search spaces travel inside it."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from workbench.experiment.resolve import load_and_resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+OURS = {"workbench", "sim_ext"}
+# Imported only inside a guard that does without it: GitPython (mlflow's) for the
+# git-dirty tag of a run (workbench/tracking/run_context.py).
+OPTIONAL = {"git"}
+
+
+def _imported_top_level_modules() -> dict[str, str]:
+    """Top-level module -> one file importing it, over the package's sources."""
+    found: dict[str, str] = {}
+    for package in OURS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                for name in names:
+                    found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    return found
+
+
+def _declared() -> set[str]:
+    names = set()
+    for requirement in PROJECT["project"]["dependencies"]:
+        match = re.match(r"[A-Za-z0-9_.\-]+", requirement)
+        assert match, requirement
+        names.add(match.group(0).lower().replace("_", "-"))
+    return names
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    providers = importlib.metadata.packages_distributions()
+    declared = _declared()
+    missing = []
+    for module, where in sorted(_imported_top_level_modules().items()):
+        if module in sys.stdlib_module_names or module in OURS | OPTIONAL:
+            continue
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
+        if not dists & declared:
+            missing.append(f"{module} ({where}; from {sorted(dists) or 'nothing installed'})")
+    assert not missing, "imported but not declared in [project].dependencies: " + ", ".join(missing)
+
+
+def test_the_wheel_carries_the_shipped_search_spaces() -> None:
+    packages = PROJECT["tool"]["scikit-build"]["wheel"]["packages"]
+    assert packages["workbench/search_spaces"] == "search_spaces"
+    assert (ROOT / "search_spaces" / "ppo.yaml").is_file()
+
+
+def test_a_shipped_search_space_resolves_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An experiment outside the clone, run from an empty folder: ppo.yaml is found
+    # where the package keeps it.
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "elsewhere" / "mine.yaml"
+    path.parent.mkdir()
+    path.write_text(
+        "name: mine\nalgorithm: PPO\nenv: {id: sim_ext/CartPole-v1}\n"
+        "search_space: {file: ppo.yaml}\nscheduler: {type: pbt}\npopulation: 4\n"
+        "stop: {iterations: 1}\n"
+    )
+    resolved = load_and_resolve(path, check_results=False)
+    assert "lr" in resolved.tune_space
