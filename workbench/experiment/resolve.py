@@ -17,6 +17,7 @@ from pydantic import ValidationError
 import sim_ext
 from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
 from workbench.experiment import defaults as wb_defaults
+from workbench.experiment import envpool_envs
 from workbench.experiment.algorithms import (
     ALGORITHMS,
     FAST_RUNNER_ALGORITHMS,
@@ -226,6 +227,16 @@ def _check_env(
     """Builds the env once (its constructor checks env_config): whether its actions are
     discrete (None: unsupported or not built), and its observation space."""
     env_id = experiment.env.id
+    if env_id.startswith(envpool_envs.PREFIX) and not envpool_envs.register():
+        problems.append(
+            Problem(
+                where,
+                "env.id",
+                f"{env_id!r} is one of EnvPool's environments, and EnvPool is not installed "
+                f"here: {envpool_envs.INSTALL_HINT}",
+            )
+        )
+        return None, None
     known = set(gym.registry)
     if env_id not in known:
         problems.append(

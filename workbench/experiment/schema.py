@@ -72,7 +72,10 @@ class _Strict(BaseModel):
 class EnvSection(_Strict):
     """The environment every trial trains on."""
 
-    id: str = Field(description="A sim_ext id (sim_ext/CartPole-v1) or a registered Gymnasium id.")
+    id: str = Field(
+        description="A sim_ext id (sim_ext/CartPole-v1), an EnvPool task (envpool/"
+        "LunarLanderContinuous-v3, with the envpool extra) or a registered Gymnasium id."
+    )
     config: dict[str, Any] = Field(
         default_factory=dict, description="env_config: keyword arguments of the environment."
     )

@@ -10,6 +10,7 @@ from ray import tune
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
+from workbench.experiment import envpool_envs
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.experiment.defaults import Defaults
 from workbench.experiment.resolve import ResolvedExperiment, lean_learner_applies
@@ -43,6 +44,8 @@ def make_env(env_id: str, env_config: dict[str, Any]) -> Any:
 
     config = dict(env_config)
     num_envs = config.pop("num_envs", None)
+    if env_id.startswith(envpool_envs.PREFIX):
+        envpool_envs.register()  # in each env runner's process
     if num_envs is None:
         return gym.make(env_id, **config)
     return gym.make_vec(
@@ -61,7 +64,8 @@ def vectorize_mode(resolved: ResolvedExperiment) -> str:
     exp = resolved.experiment
     mode = exp.resources.env_runners.vectorize
     if mode == "auto":
-        return "vector_entry_point" if exp.env.id.startswith(SIM_EXT_PREFIX) else "sync"
+        native = exp.env.id.startswith((SIM_EXT_PREFIX, envpool_envs.PREFIX))
+        return "vector_entry_point" if native else "sync"
     return mode
 
 

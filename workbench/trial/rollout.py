@@ -18,6 +18,7 @@ from ray.rllib.core.columns import Columns
 
 import sim_ext  # noqa: F401  (registers the sim_ext ids)
 from workbench.errors import ExperimentError
+from workbench.experiment import envpool_envs
 from workbench.trial.observation_filter import Normalize, ObservationStats
 
 # Episodes still running after this many steps mean the env has no time limit.
@@ -85,8 +86,12 @@ class Policy(torch.nn.Module):
 
 
 def make_vector_env(env_id: str, num_envs: int, env_config: dict[str, Any]) -> Any:
-    """A vector env of `num_envs` copies: sim_ext's C++ batch, Gymnasium's own otherwise."""
-    mode = "vector_entry_point" if env_id.startswith("sim_ext/") else "sync"
+    """A vector env of `num_envs` copies: sim_ext's or EnvPool's C++ batch, Gymnasium's
+    own otherwise."""
+    if env_id.startswith(envpool_envs.PREFIX):
+        envpool_envs.register()
+    native = env_id.startswith(("sim_ext/", envpool_envs.PREFIX))
+    mode = "vector_entry_point" if native else "sync"
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **env_config)
 
 
