@@ -71,7 +71,7 @@ def _unbounded_if_tiny(space: Any) -> Any:
     if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
         tiny = np.finfo(space.dtype).tiny
         if np.all(space.low == tiny):
-            return gym.spaces.Box(-np.inf, space.high, space.shape, space.dtype.type)
+            return gym.spaces.Box(-np.inf, space.high, space.shape, space.dtype)  # type: ignore[arg-type]
     return space
 
 
