@@ -24,6 +24,8 @@ run in ``--rounds`` interleaved rounds (each arm once per round, the order alter
   ``cpus / N`` CPUs a trial (so all run at once), ``--iterations`` iterations each, with
   the short evaluations the experiment makes (their time counts, their env steps do not)
   but not the final confirmation of its result.
+* **workbench_envpool** (tasks with an EnvPool port, where EnvPool is installed): the same
+  with ``env.id: envpool/<task>``; the parts then also time EnvPool's env alone.
 * **rllib**: ``tune.Tuner`` of the same RLlib config with RLlib's own env runner, learner and
   default networks (``defaults: rllib``, ``env_runner: rllib``, ``learner: rllib``), no
   scheduler, Tune's default checkpointing, the same resources and iterations.
@@ -74,7 +76,7 @@ from benchmarks.common import (
     spread,
 )
 
-ARMS = ("parts", "workbench", "rllib", "sb3")
+ARMS = ("parts", "workbench", "workbench_envpool", "rllib", "sb3")
 ZOO_PYTHON = ROOT / ".venv-zoo" / "bin" / "python"
 
 
@@ -84,11 +86,16 @@ class Task:
     gym_id: str  # the same task in Gymnasium, for SB3
     iterations: int  # per trial, by default
     sb3_steps: int  # per SB3 member, by default
+    envpool_id: str | None = None  # its EnvPool port, for the workbench_envpool arm
 
 
 TASKS = {
     "lunarlander": Task(
-        ROOT / "experiments" / "lunarlander_pb2.yaml", "LunarLanderContinuous-v3", 6, 65_536
+        ROOT / "experiments" / "lunarlander_pb2.yaml",
+        "LunarLanderContinuous-v3",
+        6,
+        65_536,
+        "envpool/LunarLanderContinuous-v3",
     ),
     "mountaincar": Task(
         ROOT / "experiments" / "mountaincar_continuous_pbt.yaml",
@@ -103,9 +110,17 @@ TASKS = {
 
 
 def experiment_data(
-    task: Task, population: int, iterations: int, cpus: int, folder: Path, name: str
+    task: Task,
+    population: int,
+    iterations: int,
+    cpus: int,
+    folder: Path,
+    name: str,
+    env_id: str | None = None,
 ) -> dict[str, Any]:
     data = yaml.safe_load(task.experiment.read_text())
+    if env_id is not None:
+        data["env"]["id"] = env_id
     per_trial = cpus / population
     data.update(
         name=name,
@@ -169,7 +184,30 @@ def run_parts(args: argparse.Namespace, task_name: str, folder: Path) -> dict[st
         raise SystemExit(f"the parts of {task_name} failed:\n{done.stderr[-3000:]}")
     figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     figures["ceiling"] = args.cpus * figures["batch"] / (figures["env_s"] + figures["learner_s"])
+    if figures.get("envpool_s"):
+        envpool_s = figures["envpool_s"]
+        figures["envpool_rate"] = figures["batch"] / envpool_s
+        figures["ceiling_envpool"] = (
+            args.cpus * figures["batch"] / (envpool_s + figures["learner_s"])
+        )
+    else:
+        figures.pop("envpool_s", None)
     return figures
+
+
+def _env_seconds(env: Any, steps: int) -> float:
+    """Seconds for `steps` vector steps with random actions (after a warm-up)."""
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    pool = [env.action_space.sample() for _ in range(64)]
+    for i in range(200):
+        env.step(pool[i % 64])
+    start = time.perf_counter()
+    for i in range(steps):
+        env.step(pool[i % 64])
+    seconds = time.perf_counter() - start
+    env.close()
+    return seconds
 
 
 def parts_main(task_name: str, folder: Path) -> int:
@@ -198,16 +236,13 @@ def parts_main(task_name: str, folder: Path) -> int:
         import gymnasium as gym
 
         env = gym.make_vec(exp.env.id, num_envs=n, vectorization_mode="sync", **env_config)
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    pool = [env.action_space.sample() for _ in range(64)]
-    for i in range(200):  # warm-up
-        env.step(pool[i % 64])
-    start = time.perf_counter()
-    for i in range(batch // n):
-        env.step(pool[i % 64])
-    env_s = time.perf_counter() - start
-    env.close()
+    env_s = _env_seconds(env, batch // n)
+    envpool_s = None
+    if task.envpool_id is not None:
+        from workbench.experiment import envpool_envs
+
+        if envpool_envs.register():
+            envpool_s = _env_seconds(make_env(task.envpool_id, {"num_envs": n}), batch // n)
 
     config.env_runners(num_env_runners=0)
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
@@ -238,6 +273,7 @@ def parts_main(task_name: str, folder: Path) -> int:
                 "learner": type(learner).__name__,
                 "network": "x".join(map(str, hiddens)),
                 "env_rate": batch / env_s,
+                "envpool_s": envpool_s,
             }
         )
     )
@@ -245,12 +281,18 @@ def parts_main(task_name: str, folder: Path) -> int:
 
 
 def run_workbench(
-    args: argparse.Namespace, task: Task, population: int, folder: Path
+    args: argparse.Namespace,
+    task: Task,
+    population: int,
+    folder: Path,
+    env_id: str | None = None,
 ) -> dict[str, float]:
     from workbench.analysis.diagnosis import diagnose_target
     from workbench.run import launch
 
-    data = experiment_data(task, population, args.iterations, args.cpus, folder, "workbench")
+    data = experiment_data(
+        task, population, args.iterations, args.cpus, folder, "workbench", env_id
+    )
     resolved = resolved_experiment(data, folder)
     fit_s: list[float] = []
     original = launch._fit
@@ -364,8 +406,16 @@ def report(task_name: str, population: int, runs: dict[str, list[dict[str, float
         learn = [p["batch"] / p["learner_s"] for p in parts]
         label = f"  learner alone, one core ({parts[0]['learner'][:8]})"
         print(f"| {label:<30} | {spread(learn, '.0f'):>26} | {'-':>22} | {'-':>7} |")
+        if "ceiling_envpool" in parts[0]:
+            rates = [p["ceiling_envpool"] for p in parts]
+            label = "parts' ceiling with EnvPool"
+            print(f"| {label:<30} | {spread(rates, '.0f'):>26} | {'-':>22} | {'-':>7} |")
+            envs = [p["envpool_rate"] for p in parts]
+            label = "  EnvPool env alone, one core"
+            print(f"| {label:<30} | {spread(envs, '.0f'):>26} | {'-':>22} | {'-':>7} |")
     names = {
         "workbench": "workbench",
+        "workbench_envpool": "workbench, EnvPool's env",
         "rllib": "Tune + RLlib defaults",
         "sb3": "SB3 + RL Zoo, N processes",
     }
@@ -381,15 +431,21 @@ def report(task_name: str, population: int, runs: dict[str, list[dict[str, float
         wall = statistics.median(f["wall_s"] for f in figures)
         rates = [f["rate"] for f in figures]
         print(f"| {label:<30} | {spread(rates, '.0f'):>26} | {outside:>22} | {wall:>7.0f} |")
-    wb = _median(runs.get("workbench", []), "rate")
-    lines = []
-    for arm, label in (("parts", "the parts' ceiling"), ("rllib", "Tune + RLlib"), ("sb3", "SB3")):
-        key = "ceiling" if arm == "parts" else "rate"
-        other = _median(runs.get(arm, []), key)
-        if other == other and wb == wb:
-            lines.append(f"{wb / other:.2f}x {label}")
-    if lines:
-        print("workbench: " + ", ".join(lines) + " (medians)")
+    anchors = (
+        ("parts", "ceiling", "the parts' ceiling"),
+        ("parts", "ceiling_envpool", "the ceiling with EnvPool"),
+        ("rllib", "rate", "Tune + RLlib"),
+        ("sb3", "rate", "SB3"),
+    )
+    for ours in ("workbench", "workbench_envpool"):
+        wb = _median(runs.get(ours, []), "rate")
+        lines = []
+        for arm, key, label in anchors:
+            other = _median(runs.get(arm, []), key)
+            if other == other and wb == wb:
+                lines.append(f"{wb / other:.2f}x {label}")
+        if lines:
+            print(f"{ours}: " + ", ".join(lines) + " (medians)")
     shares = [f for f in runs.get("workbench", []) if "sampling" in f]
     if shares:
         cells = ", ".join(
@@ -420,6 +476,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
         parser.error(f"--arms: unknown {', '.join(unknown)}; valid: {', '.join(ARMS)}")
+    if "workbench_envpool" in arms:
+        from workbench.experiment import envpool_envs
+
+        if not envpool_envs.installed():
+            print(
+                "workbench_envpool arm skipped: EnvPool is not installed "
+                f"({envpool_envs.INSTALL_HINT})"
+            )
+            arms.remove("workbench_envpool")
     if "sb3" in arms and not args.zoo_python.exists():
         print(f"sb3 arm skipped: no {args.zoo_python} (make zoo-venv, and the box2d extra)")
         arms.remove("sb3")
@@ -463,13 +528,17 @@ def main(argv: list[str] | None = None) -> int:
                     where = Path(tempfile.mkdtemp(prefix=f"{arm}-", dir=folder))
                     if arm == "parts":
                         return run_parts(args, task_name, where)
-                    run = {"workbench": run_workbench, "rllib": run_rllib, "sb3": run_sb3}[arm]
-                    result = run(sub, task, population, where)
+                    if arm == "workbench_envpool":
+                        result = run_workbench(sub, task, population, where, task.envpool_id)
+                    else:
+                        run = {"workbench": run_workbench, "rllib": run_rllib, "sb3": run_sb3}
+                        result = run[arm](sub, task, population, where)
                     print(f"  {arm}: {result['rate']:.0f} env steps/s", flush=True)
                     return result
 
-                rounds = interleaved(args.rounds, arms, one, alternate=True, label="round")
-                runs = dict(zip(arms, rounds, strict=True))
+                here = [a for a in arms if a != "workbench_envpool" or task.envpool_id]
+                rounds = interleaved(args.rounds, here, one, alternate=True, label="round")
+                runs = dict(zip(here, rounds, strict=True))
                 report(task_name, population, runs)
                 figures[f"{task_name}/{population}"] = runs
     finally:
