@@ -52,11 +52,15 @@ FAILURES_TAG = "workbench.failures"
 STOPPED_BY_TAG = "workbench.stopped_by"
 CHECKPOINT_FALLBACK_TAG = "workbench.checkpoint_fallback"  # a damaged checkpoint skipped
 EVAL_TAG_PREFIX = "workbench.eval."
-# What `workbench eval` logs to a trial run: eval/<statistic> metrics.
+# The run's own evaluation (the end of a run): eval/<statistic> metrics.
 EVAL_METRIC_PREFIX = "eval/"
 EVAL_RETURN_METRIC = EVAL_METRIC_PREFIX + "return_mean"
 EVAL_STD_METRIC = EVAL_METRIC_PREFIX + "return_std"
 EVAL_EPISODES_METRIC = EVAL_METRIC_PREFIX + "episodes"
+# What `workbench eval` logs when a user asks: beside the run's own eval/*, never over it
+# (a 20-episode look must not replace the 100-episode confirmation `runs` reports).
+USER_EVAL_METRIC_PREFIX = "user_eval/"
+USER_EVAL_TAG_PREFIX = "workbench.user_eval."
 # The population's result (workbench.run.population_result) on the population's run.
 RESULT_RETURN_METRIC = "result/return_mean"
 RESULT_STD_METRIC = "result/return_std"

@@ -98,20 +98,25 @@ def test_a_run_evaluates_its_best_trial_and_eval_finds_it_in_mlflow(
     assert parent.metrics["population/trials"] == 1 and parent.metrics["population/errors"] == 0
     assert parent.tags["mlflow.source.name"] == str((tmp_path / "experiment.yaml").resolve())
 
-    # `workbench eval` with no RUN rolls out the population's result again and logs again.
+    # `workbench eval` with no RUN rolls out the population's result again and logs it
+    # beside the run's own evaluation (user_eval/*), which stays what it was.
     capsys.readouterr()
     assert main(["eval", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
     out = capsys.readouterr().out
     assert f"checkpoint {checkpoint.resolve()}" in out
     assert f"return {stats['return_mean']:.1f}" in out
-    assert f"logged to MLflow run {evaluation.run_id}" in out
-    assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 2
+    assert f"logged to MLflow run {evaluation.run_id} as user_eval/*" in out
+    assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 1
+    assert len(client.get_metric_history(evaluation.run_id, "user_eval/return_mean")) == 1
     # By trial name: that member's newest checkpoint, logged to the same run.
-    assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "5", "--seed", "4"]) == 0
+    assert main(["eval", "PPO_00000", "--store", str(store), "--episodes", "2", "--seed", "4"]) == 0
     out = capsys.readouterr().out
     assert f"checkpoint {newest.resolve()}" in out
     assert f"logged to MLflow run {evaluation.run_id}" in out
-    assert len(client.get_metric_history(evaluation.run_id, "eval/return_mean")) == 3
+    assert len(client.get_metric_history(evaluation.run_id, "user_eval/return_mean")) == 2
+    metrics = client.get_run(evaluation.run_id).data.metrics
+    assert metrics["eval/episodes"] == stats["episodes"]  # not the user's 2
+    assert metrics["user_eval/episodes"] == 2
     # ... and so does a trial folder, through the store its experiment file names.
     assert main(["eval", str(resolved.results_dir / "PPO_00000"), "--episodes", "2"]) == 0
     assert f"logged to MLflow run {evaluation.run_id}" in capsys.readouterr().out

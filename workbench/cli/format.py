@@ -19,6 +19,7 @@ from workbench.names import (
     SCORE_STD_METRIC,
     STEP_METRIC,
     STEPS_METRIC,
+    USER_EVAL_METRIC_PREFIX,
 )
 
 
@@ -155,7 +156,7 @@ METRIC_GROUPS: tuple[tuple[str, tuple[str, ...], Callable[[str], bool]], ...] = 
     (
         "evaluation",
         (EVAL_RETURN_METRIC, EVAL_STD_METRIC, EVAL_EPISODES_METRIC),
-        lambda k: k.startswith((EVAL_METRIC_PREFIX, "evaluation/")),
+        lambda k: k.startswith((EVAL_METRIC_PREFIX, USER_EVAL_METRIC_PREFIX, "evaluation/")),
     ),
     (
         "progress and throughput",

@@ -21,6 +21,8 @@ from workbench.names import (
     RESOLVED_FILE,
     RESULTS_DIR_TAG,
     RUN_NAME_TAG,
+    USER_EVAL_METRIC_PREFIX,
+    USER_EVAL_TAG_PREFIX,
 )
 from workbench.policy.checkpoint import (
     _WHAT_IS_VALID,
@@ -201,20 +203,23 @@ def _store_of_results(results_dir: Path) -> tuple[str | None, str]:
     return uri, ""
 
 
-def log_evaluation(client: Any, run_id: str, result: Evaluation) -> None:
-    """eval/* metrics (step: the checkpoint's iteration) and what was evaluated, as tags."""
+def log_evaluation(client: Any, run_id: str, result: Evaluation, *, user: bool = False) -> None:
+    """eval/* metrics (step: the checkpoint's iteration) and what was evaluated, as tags:
+    the run's own evaluation; with `user`, one a user asked for, as user_eval/* beside it."""
+    metric_prefix = USER_EVAL_METRIC_PREFIX if user else EVAL_METRIC_PREFIX
+    tag_prefix = USER_EVAL_TAG_PREFIX if user else EVAL_TAG_PREFIX
     now = int(time.time() * 1000)
     step = result.training_iteration or 0
     metrics = [
-        Metric(f"{EVAL_METRIC_PREFIX}{key}", value, now, step)
+        Metric(f"{metric_prefix}{key}", value, now, step)
         for key, value in result.stats().items()
         if math.isfinite(value)
     ]
     tags = [
-        RunTag(f"{EVAL_TAG_PREFIX}checkpoint", str(result.checkpoint or "")),
-        RunTag(f"{EVAL_TAG_PREFIX}deterministic", str(result.deterministic).lower()),
-        RunTag(f"{EVAL_TAG_PREFIX}seed", str(result.seed)),
-        RunTag(f"{EVAL_TAG_PREFIX}env_config", repr(result.env_config)[:5000]),
+        RunTag(f"{tag_prefix}checkpoint", str(result.checkpoint or "")),
+        RunTag(f"{tag_prefix}deterministic", str(result.deterministic).lower()),
+        RunTag(f"{tag_prefix}seed", str(result.seed)),
+        RunTag(f"{tag_prefix}env_config", repr(result.env_config)[:5000]),
     ]
     client.log_batch(run_id, metrics=metrics, tags=tags)
     result.run_id = run_id
@@ -290,6 +295,9 @@ def evaluate_reference(
     )
     logged = "not logged to MLflow (" + ("--no-log)" if not log else f"{source.why_no_run})")
     if source.run_id and source.uri and log:
-        log_evaluation(client_for(source.uri), source.run_id, result)
-        logged = f"logged to MLflow run {source.run_id} as eval/* ({source.uri})"
+        log_evaluation(client_for(source.uri), source.run_id, result, user=True)
+        logged = (
+            f"logged to MLflow run {source.run_id} as {USER_EVAL_METRIC_PREFIX}*, beside its "
+            f"own {EVAL_METRIC_PREFIX}* ({source.uri})"
+        )
     return LocatedEvaluation(source, checkpoint, result, logged)
