@@ -22,25 +22,33 @@ OURS = {"workbench", "sim_ext"}
 OPTIONAL = {"git"}
 
 
-def _imported_top_level_modules() -> dict[str, str]:
-    """Top-level module -> one file importing it, over the package's sources."""
-    found: dict[str, str] = {}
+RUNTIME_EXTRAS = ("box2d", "envpool", "dashboard")  # the others are for developers
+
+
+def _imports() -> dict[str, tuple[str, bool]]:
+    """Top-level module -> (a file importing it, whether any import of it is at module
+    level), over the package's sources."""
+    found: dict[str, tuple[str, bool]] = {}
     for package in OURS:
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            tree = ast.parse(path.read_text(), str(path))
+            module_level = {id(node) for node in tree.body}
+            for node in ast.walk(tree):
                 names: list[str] = []
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names = [node.module]
                 for name in names:
-                    found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+                    top = name.split(".")[0]
+                    where, eager = found.get(top, (str(path.relative_to(ROOT)), False))
+                    found[top] = (where, eager or id(node) in module_level)
     return found
 
 
-def _declared() -> set[str]:
+def _names(requirements: list[str]) -> set[str]:
     names = set()
-    for requirement in PROJECT["project"]["dependencies"]:
+    for requirement in requirements:
         match = re.match(r"[A-Za-z0-9_.\-]+", requirement)
         assert match, requirement
         names.add(match.group(0).lower().replace("_", "-"))
@@ -48,15 +56,19 @@ def _declared() -> set[str]:
 
 
 def test_every_third_party_import_is_a_declared_dependency() -> None:
+    """A run-time dependency, or an optional extra's imported only where it is used."""
     providers = importlib.metadata.packages_distributions()
-    declared = _declared()
+    declared = _names(PROJECT["project"]["dependencies"])
+    extras = PROJECT["project"]["optional-dependencies"]
+    optional = _names([r for extra in RUNTIME_EXTRAS for r in extras[extra]])
     missing = []
-    for module, where in sorted(_imported_top_level_modules().items()):
+    for module, (where, eager) in sorted(_imports().items()):
         if module in sys.stdlib_module_names or module in OURS | OPTIONAL:
             continue
         dists = {d.lower().replace("_", "-") for d in providers.get(module, [])}
-        if not dists & declared:
-            missing.append(f"{module} ({where}; from {sorted(dists) or 'nothing installed'})")
+        if dists & declared or (dists & optional and not eager):
+            continue
+        missing.append(f"{module} ({where}; from {sorted(dists) or 'nothing installed'})")
     assert not missing, "imported but not declared in [project].dependencies: " + ", ".join(missing)
 
 
