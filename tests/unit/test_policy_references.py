@@ -13,7 +13,12 @@ from tests.support.policies import learner_group_checkpoint
 from tests.support.stores import new_store
 from workbench.analysis.populations import find_population
 from workbench.errors import ExperimentError
-from workbench.names import EVAL_RETURN_METRIC, EVAL_TAG_PREFIX
+from workbench.names import (
+    EVAL_RETURN_METRIC,
+    EVAL_TAG_PREFIX,
+    USER_EVAL_METRIC_PREFIX,
+    USER_EVAL_TAG_PREFIX,
+)
 from workbench.policy.evaluate import parse_env_config
 from workbench.policy.export import export_reference
 from workbench.policy.locate import evaluate_reference, locate_checkpoint
@@ -82,13 +87,19 @@ def test_a_trial_run_is_evaluated_from_its_newest_checkpoint_and_logged(
     assert done.source.label.startswith("trial PPO_00000 (run ") and "population pop" in (
         done.source.label
     )
-    assert done.logged == f"logged to MLflow run {run_id} as eval/* ({store.uri})"
+    assert done.logged == (
+        f"logged to MLflow run {run_id} as user_eval/*, beside its own eval/* ({store.uri})"
+    )
     assert done.result.run_id == run_id == done.to_json()["run_id"]
     (trial,) = find_population(store.client, "pop", store.uri).trials
-    assert trial.eval_return == pytest.approx(done.result.stats()["return_mean"])
-    assert EVAL_RETURN_METRIC in trial.metrics
-    assert trial.tags[f"{EVAL_TAG_PREFIX}seed"] == "0"
-    assert trial.tags[f"{EVAL_TAG_PREFIX}deterministic"] == "true"
+    # A user's evaluation is not the run's own: the run's eval/* (what `runs` shows) is
+    # left as it was (here: none).
+    assert trial.eval_return is None and EVAL_RETURN_METRIC not in trial.metrics
+    user = USER_EVAL_METRIC_PREFIX + "return_mean"
+    assert trial.metrics[user] == pytest.approx(done.result.stats()["return_mean"])
+    assert trial.tags[f"{USER_EVAL_TAG_PREFIX}seed"] == "0"
+    assert trial.tags[f"{USER_EVAL_TAG_PREFIX}deterministic"] == "true"
+    assert not any(tag.startswith(EVAL_TAG_PREFIX) for tag in trial.tags)
 
 
 def test_export_refuses_the_wrong_env_before_writing(cartpole: Path, tmp_path: Path) -> None:
