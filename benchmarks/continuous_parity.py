@@ -11,10 +11,10 @@ at a time, each pinned to a CPU of its own. The settings are the task's experime
 Zoo's values for the task (``FIXED``). Arms:
 
 * ``fast``: the workbench's defaults (``env_runner: auto``, ``learner: auto``): the fast env
-  runner and the lean learner, the file's networks;
+  runner and the lean learner, RL Zoo's 64x64 tanh networks;
 * ``rllib``: RLlib's ``SingleAgentEnvRunner`` and ``PPOTorchLearner``, the same networks;
-* ``fast_256``: the workbench's path with RLlib's default networks (256x256 ReLU, shared
-  nothing), the network the file would get without its ``model`` section.
+* ``fast_256``: the workbench's path with 256x256 ReLU networks (RLlib's default size; its
+  default activation is tanh).
 
 Every ``--eval-every`` env steps, and at the end, the policy is evaluated deterministically
 (``--eval-episodes`` episodes, ``--final-episodes`` (100) at the end; episode k reset with
@@ -50,6 +50,7 @@ TASKS = {"lunarlander": ROOT / "experiments" / "lunarlander_pb2.yaml"}
 FIXED = {"lunarlander": {"lr": 3e-4, "lambda_": 0.98, "gamma": 0.999, "clip_param": 0.2}}
 ARMS = ("fast", "rllib", "fast_256")
 RLLIB_NETWORK = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
+ZOO_NETWORK = {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False}
 EVAL_SEED = 10_000
 
 
@@ -75,8 +76,7 @@ def run_main(
     data["training"] = {**data.get("training", {}), **FIXED[task]}
     if arm == "rllib":
         data.update(env_runner="rllib", learner="rllib")
-    if arm == "fast_256":
-        data["model"] = dict(RLLIB_NETWORK)
+    data["model"] = dict(RLLIB_NETWORK if arm == "fast_256" else ZOO_NETWORK)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "parity.yaml"
         data["storage"] = folder

@@ -89,7 +89,7 @@ def small_env_applies(
         # Measured: PPO on sim_ext Pendulum (experiments/pendulum_pb2.yaml) with 64x64
         # networks was still at about -1000 after 144k env steps, where RLlib's 256x256
         # reached -188 after 80k; on LunarLanderContinuous with RL Zoo's settings 64x64 tanh
-        # evaluated lower than 256x256 ReLU after 500k env steps on 3 of 3 seeds
+        # evaluated lower than 256x256 (ReLU) after 500k env steps on 3 of 3 seeds
         # (docs/benchmarks/continuous-parity.md).
         return "continuous actions (the small networks learned Pendulum and LunarLander slower)"
     if observation_space is None:
