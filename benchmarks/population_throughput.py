@@ -74,6 +74,7 @@ from benchmarks.common import (
     pin_to_one_cpu,
     read_trials,
     spread,
+    timed_launch_run,
 )
 
 ARMS = ("parts", "workbench", "workbench_envpool", "rllib", "sb3")
@@ -288,28 +289,15 @@ def run_workbench(
     env_id: str | None = None,
 ) -> dict[str, float]:
     from workbench.analysis.diagnosis import diagnose_target
-    from workbench.run import launch
 
     data = experiment_data(
         task, population, args.iterations, args.cpus, folder, "workbench", env_id
     )
     resolved = resolved_experiment(data, folder)
-    fit_s: list[float] = []
-    original = launch._fit
-
-    def timed_fit(tuner: Any, *fit_args: Any) -> tuple[Any, float, bool]:
-        results, elapsed, signalled = original(tuner, *fit_args)
-        fit_s.append(elapsed)
-        return results, elapsed, signalled
-
-    launch._fit = timed_fit
-    try:
-        summary = launch.run(resolved, progress_interval_s=1e9)
-    finally:
-        launch._fit = original
+    summary, fit_s = timed_launch_run(resolved)
     if summary.errors:
         raise SystemExit(f"workbench population: {summary.errors} trials errored")
-    figures = population_figures(resolved.results_dir, fit_s[0], population)
+    figures = population_figures(resolved.results_dir, fit_s, population)
     found = diagnose_target(str(resolved.results_dir))
     report = found.population_report or found.reports[0]
     split = report.split
@@ -328,19 +316,16 @@ def run_rllib(
 ) -> dict[str, float]:
     from ray import tune
 
-    from workbench.trial.config import algorithm_config
+    from workbench.trial.config import algorithm_config, param_space
 
     data = rllib_data(
         experiment_data(task, population, args.iterations, args.cpus, folder, "rllib")
     )
     resolved = resolved_experiment(data, folder)
     config = algorithm_config(resolved)
-    space = config.to_dict()
-    for key, spec in resolved.tune_space.items():
-        space[key] = spec.domain()
     tuner = tune.Tuner(
         config.algo_class,
-        param_space=space,
+        param_space=param_space(resolved, config),
         tune_config=tune.TuneConfig(num_samples=population),
         run_config=tune.RunConfig(
             name="rllib",

@@ -73,6 +73,7 @@ from benchmarks.common import (
     median_min_max,
     read_trials,
     spread,
+    timed_launch_run,
 )
 
 
@@ -190,27 +191,13 @@ def population_figures(experiment_dir: Path, wall_s: float, population: int) -> 
 
 
 def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
-    from workbench.run import launch
-
     resolved = resolved_experiment(experiment_data(args, folder, "workbench"), folder)
-    fit_s: list[float] = []
-    original = launch._fit
-
-    def timed_fit(tuner: Any, *args: Any) -> tuple[Any, float, bool]:
-        results, elapsed, signalled = original(tuner, *args)
-        fit_s.append(elapsed)
-        return results, elapsed, signalled
-
-    launch._fit = timed_fit  # the same clock as Tune's fit() below
-    try:
-        start = time.perf_counter()
-        summary = launch.run(resolved, progress_interval_s=1e9)
-        command_s = time.perf_counter() - start
-    finally:
-        launch._fit = original
+    start = time.perf_counter()
+    summary, fit_s = timed_launch_run(resolved)
+    command_s = time.perf_counter() - start
     if summary.errors:
         raise SystemExit(f"workbench population: {summary.errors} trials errored")
-    figures = population_figures(resolved.results_dir, fit_s[0], args.population)
+    figures = population_figures(resolved.results_dir, fit_s, args.population)
     figures["command_s"] = command_s
     return figures
 
