@@ -29,6 +29,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/sb3_cartpole.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.sb3_member import zoo_entry
 from benchmarks.zoo_reference import Crossing
 
 ENV_ID = "CartPole-v1"
@@ -36,19 +37,7 @@ ENV_ID = "CartPole-v1"
 
 def zoo_hyperparameters() -> dict[str, Any]:
     """RL Zoo's CartPole-v1 entry as SB3 arguments (its ``lin_`` schedules as functions)."""
-    import rl_zoo3
-    import yaml
-
-    path = Path(rl_zoo3.__file__).parent / "hyperparams" / "ppo.yml"
-    entry = dict(yaml.safe_load(path.read_text())[ENV_ID])
-    params: dict[str, Any] = {}
-    for key, value in entry.items():
-        if isinstance(value, str) and value.startswith("lin_"):
-            start = float(value[4:])
-            params[key] = lambda progress, start=start: progress * start
-        else:
-            params[key] = value
-    return params
+    return zoo_entry(ENV_ID)
 
 
 def main(argv: list[str] | None = None) -> int:
