@@ -101,6 +101,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_ray_internals.py
 
 format: setup
 	$(PY) -m ruff check --fix .

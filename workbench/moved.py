@@ -1,6 +1,7 @@
 """Where the modules of the flat package (before the wings) went, for old pickles.
 
-A results folder written before the reorganisation holds pickles that name classes by
+A results folder written before the reorganisation (or before Tune's subclasses moved
+from ``run`` to ``tune_ext``) holds pickles that name classes by
 their old module (``workbench.fast_runner.FastEnvRunner`` in every checkpoint's RLlib
 config, ``workbench.stopping.RulesStopper`` and the callbacks in ``tuner.pkl``).
 Importing ``workbench`` installs a finder that answers those old names with a module
@@ -21,7 +22,7 @@ from typing import Any
 MOVED: dict[str, tuple[str, ...]] = {
     "workbench.algorithm_config": ("workbench.trial.config",),
     "workbench.algorithms": ("workbench.experiment.algorithms",),
-    "workbench.checkpoints": ("workbench.run.checkpoints",),
+    "workbench.checkpoints": ("workbench.tune_ext.checkpoints",),
     "workbench.defaults": ("workbench.experiment.defaults",),
     "workbench.diagnosis": ("workbench.trial.time_split", "workbench.analysis.diagnosis"),
     "workbench.environments": ("workbench.experiment.environments",),
@@ -43,18 +44,29 @@ MOVED: dict[str, tuple[str, ...]] = {
     "workbench.plan": ("workbench.plan.capacity",),
     "workbench.plots": ("workbench.analysis.plots",),
     "workbench.progress": ("workbench.run.progress",),
-    "workbench.replay": ("workbench.run.replay", "workbench.analysis.schedule"),
+    "workbench.replay": ("workbench.tune_ext.replay", "workbench.analysis.schedule"),
     "workbench.resolve": ("workbench.experiment.resolve",),
     "workbench.resources": ("workbench.plan.resources",),
     "workbench.results_folder": ("workbench.run.results_folder",),
     "workbench.rllib_callbacks": ("workbench.trial.callbacks",),
-    "workbench.schedulers": ("workbench.run.schedulers", "workbench.run.scheduler_state"),
+    "workbench.schedulers": (
+        "workbench.run.schedulers",
+        "workbench.tune_ext.pbt",
+        "workbench.tune_ext.scheduler_state",
+    ),
     "workbench.schema": ("workbench.experiment.schema",),
     "workbench.search_space": ("workbench.experiment.search_space",),
     "workbench.stopping": ("workbench.run.stopping",),
     "workbench.timeline": ("workbench.analysis.timeline",),
     "workbench.tracking": ("workbench.tracking.callback", "workbench.tracking.writer"),
     "workbench.ui": ("workbench.analysis.ui", "workbench.tracking.store"),
+    # The modules of Tune's subclasses and patches, from run/ to tune_ext/.
+    "workbench.run.checkpoints": ("workbench.tune_ext.checkpoints",),
+    "workbench.run.optuna_study": ("workbench.tune_ext.optuna_study",),
+    "workbench.run.replay": ("workbench.tune_ext.replay",),
+    "workbench.run.result_files": ("workbench.tune_ext.result_files",),
+    "workbench.run.scheduler_state": ("workbench.tune_ext.scheduler_state",),
+    "workbench.run.state_sync": ("workbench.tune_ext.state_sync",),
 }
 # Old names that are packages now: only a missing attribute is looked up in the parts.
 _PACKAGES_NOW = {"workbench.plan", "workbench.tracking"}

@@ -106,7 +106,7 @@ def test_pbt_population_in_mlflow(tmp_path: Path, pbt_population: SimpleNamespac
         assert [int(v) for _, v in iterations] == expected, trial.name
         # Tune's result.json holds the same results, in the same order (the workbench
         # writes it in place of Ray's logger, which lost rows at every restart from a
-        # checkpoint: workbench.run.result_files).
+        # checkpoint: workbench.tune_ext.result_files).
         kept = [r["training_iteration"] for r in rows[trial.name]]
         assert kept == [int(v) for _, v in iterations], trial.name
         # hp/lr changes exactly after this trial's exploits that changed it.

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.names import CHECKPOINT_FALLBACK_KEY
-from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.summary import RunSummary
 from workbench.trial.manifest import (
     MANIFEST_FILE,
@@ -23,6 +22,7 @@ from workbench.trial.manifest import (
     restore_choice,
     write_manifest,
 )
+from workbench.tune_ext.checkpoints import CheckpointGuard
 
 STATE = Path("learner_group") / "learner" / "rl_module" / "default_policy" / "module_state.pkl"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.fs
 from ray.tune import Checkpoint
 
-from workbench.run.checkpoints import CheckpointGuard
+from workbench.tune_ext.checkpoints import CheckpointGuard
 
 
 def _result(path: Path) -> Any:

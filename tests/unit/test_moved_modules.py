@@ -8,11 +8,14 @@ import pickle
 import pytest
 
 from workbench.moved import MOVED
-from workbench.run.scheduler_state import SchedulerState
 from workbench.run.stopping import RulesStopper
 from workbench.tracking.callback import MlflowTracker
 from workbench.trial.callbacks import WorkbenchCallbacks
 from workbench.trial.fast_runner import FastEnvRunner
+from workbench.tune_ext.checkpoints import CheckpointGuard
+from workbench.tune_ext.optuna_study import StudySearch
+from workbench.tune_ext.pbt import WorkbenchPBT
+from workbench.tune_ext.scheduler_state import SchedulerState
 
 
 @pytest.mark.parametrize(
@@ -23,6 +26,12 @@ from workbench.trial.fast_runner import FastEnvRunner
         ("workbench.stopping", "RulesStopper", RulesStopper),  # tuner.pkl
         ("workbench.schedulers", "SchedulerState", SchedulerState),
         ("workbench.tracking", "MlflowTracker", MlflowTracker),  # a package now
+        # Tune's subclasses, from run/ to tune_ext/: a module gone, and one that stayed.
+        ("workbench.run.scheduler_state", "SchedulerState", SchedulerState),
+        ("workbench.run.checkpoints", "CheckpointGuard", CheckpointGuard),
+        ("workbench.run.optuna_study", "StudySearch", StudySearch),
+        ("workbench.run.schedulers", "WorkbenchPBT", WorkbenchPBT),
+        ("workbench.schedulers", "WorkbenchPBT", WorkbenchPBT),
     ],
 )
 def test_an_old_pickle_loads_the_class_from_its_new_home(old: str, name: str, new: type) -> None:

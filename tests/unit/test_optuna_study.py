@@ -16,7 +16,7 @@ import sqlalchemy.exc
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
-from workbench.run.optuna_study import (
+from workbench.tune_ext.optuna_study import (
     STUDY_FILE,
     TRIAL_ID_ATTR,
     StudySearch,

@@ -294,8 +294,8 @@ def test_the_schedulers_read_tunes_controller_without_its_restricted_api_warning
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from workbench.run.scheduler_state import controller_of
-    from workbench.run.schedulers import drop_stop_cached_by_pause
+    from workbench.tune_ext.pbt import drop_stop_cached_by_pause
+    from workbench.tune_ext.scheduler_state import controller_of
 
     controller = SimpleNamespace(
         _cached_trial_decisions={"t1": TrialScheduler.STOP}, _checkpoint_manager=object()

@@ -23,8 +23,8 @@ from workbench.analysis.schedule import (
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.search_space import parse_search_space
-from workbench.run.replay import ReplayScheduler
 from workbench.run.schedulers import scheduler
+from workbench.tune_ext.replay import ReplayScheduler
 
 SCHEDULE = [
     {"iteration": 1, "values": {"lr": 1e-3, "lambda_": 0.95, "num_epochs": 3}},

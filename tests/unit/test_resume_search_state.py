@@ -16,8 +16,8 @@ from ray.tune.experiment import Experiment
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchGenerator
 
 from workbench.errors import ExperimentError
-from workbench.run.optuna_study import StudySearch
 from workbench.run.results_folder import nothing_to_resume, search_has_more
+from workbench.tune_ext.optuna_study import StudySearch
 
 SESSION = "2026-12-01_10-00-00"
 

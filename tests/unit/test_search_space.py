@@ -492,7 +492,8 @@ def test_explore_perturbs_only_the_searched_keys_of_a_copy() -> None:
 def test_the_experiments_pbt_explores_by_its_blocks(tmp_path: Path) -> None:
     from tests.support.experiments import small_pbt, write_experiment
     from workbench.experiment.resolve import load_and_resolve
-    from workbench.run.schedulers import WorkbenchPBT, scheduler
+    from workbench.run.schedulers import scheduler
+    from workbench.tune_ext.pbt import WorkbenchPBT
 
     data = small_pbt(
         tmp_path,

@@ -14,7 +14,11 @@ import pyarrow.fs
 import pytest
 from ray.train._internal.storage import _FilesystemSyncer, _upload_to_fs_path
 
-from workbench.run.state_sync import TUNES_SAVE_TO_DIR, save_state_whole, sync_without_temp_files
+from workbench.tune_ext.state_sync import (
+    TUNES_SAVE_TO_DIR,
+    save_state_whole,
+    sync_without_temp_files,
+)
 
 
 def _sync(staging: Path, target: Path) -> set[str]:

@@ -63,7 +63,7 @@ class LineageRecord:
     # last result before Tune updates it: the donor whose result triggered the decision
     # shows the iteration before. source_score_iteration is the iteration of the donor's
     # result its score (the one that made it the donor) is from: the checkpoint handed
-    # over is never older (workbench.run.schedulers.donor_allowed).
+    # over is never older (workbench.tune_ext.pbt.donor_allowed).
     exploit_iteration: int | None = None
     restored_iteration: int | None = None
     checkpoint_iteration: int | None = None

@@ -28,6 +28,7 @@ from typing import Any
 from workbench.analysis.populations import find_target
 from workbench.errors import ExperimentError
 from workbench.names import RESOLVED_FILE, SESSION_FILE
+from workbench.tune_ext.ray_private import enable_local_token_auth
 
 
 class NothingRunning(ExperimentError):
@@ -133,20 +134,6 @@ def _in_window(event: dict[str, Any], start_us: float, end_us: float) -> bool:
     return ts <= end_us and ts + (dur if isinstance(dur, int | float) else 0) >= start_us
 
 
-def _local_cluster_auth() -> None:
-    """Ray 2.60 starts a local cluster with token authentication (the token in
-    ~/.ray/auth_token) but only a driver that finds it by ``address="auto"`` turns the
-    token on; one given an explicit address does not, and the GCS refuses it. Do what
-    "auto" does: use the token when RAY_AUTH_MODE is unset and one exists."""
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token authentication
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-
-
 def capture(address: str, path: Path, seconds: float) -> Capture:
     """Joins the Ray at `address` as a second driver, lets the population run for
     `seconds`, and writes the events of that window as a Chrome trace."""
@@ -154,7 +141,7 @@ def capture(address: str, path: Path, seconds: float) -> Capture:
 
     if ray.is_initialized():
         raise RuntimeError("capture() joins a running Ray; this process already has one")
-    _local_cluster_auth()
+    enable_local_token_auth()
     ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     try:
         start = time.time()

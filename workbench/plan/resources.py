@@ -13,6 +13,7 @@ Nothing here starts Ray; `live_cluster` reads a running one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray._private.accelerators import get_accelerator_manager_for_resource
-from ray._private.utils import get_num_cpus
 
 from workbench.errors import ExperimentError
+from workbench.tune_ext.ray_private import detected_cpus_and_gpus
 
 Resources = dict[str, float]
 
@@ -213,12 +213,9 @@ def this_machine() -> Cluster:
     """What a local ``ray.init()`` would offer here, without starting it."""
     cpus: float = float(os.cpu_count() or 1)
     gpus = 0.0
-    try:  # Ray's own detection (cgroup CPU limits, CUDA_VISIBLE_DEVICES, nvidia-smi)
-        cpus = float(get_num_cpus())
-        manager = get_accelerator_manager_for_resource("GPU")
-        gpus = float(manager.get_current_node_num_accelerators()) if manager else 0.0
-    except Exception:  # private API moved: the plain count is still a fair answer
-        pass
+    # Ray's own detection; if its private API moved, the plain count is still a fair answer.
+    with contextlib.suppress(Exception):
+        cpus, gpus = detected_cpus_and_gpus()
     resources = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
     return Cluster(
         (Node("this machine", resources),), "this machine, as a local ray.init() sees it"

@@ -75,7 +75,8 @@ def _tracking_uri(uri: str) -> Iterator[None]:
     from mlflow.tracking._tracking_service import utils
 
     before_env = os.environ.get(_ENV_VAR)
-    before: Any = utils._tracking_uri  # None: never set in this process
+    # None: never set in this process (MLflow has no public way to tell).
+    before: Any = utils._tracking_uri  # not Ray: MLflow's fluent tracking URI
     mlflow.set_tracking_uri(uri)
     try:
         yield

@@ -98,7 +98,12 @@ class LibraryLogs:
         self._own: logging.Handler | None = None  # the workbench's warnings on stderr
 
     def __enter__(self) -> LibraryLogs:
-        self._captured_warnings = not getattr(logging, "_warnings_showwarning", None)
+        # Whether warnings were captured already (the stdlib keeps no public flag).
+        self._captured_warnings = not getattr(
+            logging,
+            "_warnings_showwarning",
+            None,  # not Ray: the logging module's
+        )
         logging.captureWarnings(True)
         self.take_over()
         # The workbench's own warnings (MLflow refused a write, a checkpoint could not be

@@ -42,10 +42,8 @@ from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import read_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.policy.mlflow_model import log_checkpoint_model
-from workbench.run.checkpoints import CheckpointGuard
 from workbench.run.console import LibraryLogs
 from workbench.run.folder_lock import FolderLock
-from workbench.run.optuna_study import close_study, record_result
 from workbench.run.population_result import choose as choose_result
 from workbench.run.progress import ProgressTable, StopGoal
 from workbench.run.ray_session import (
@@ -54,11 +52,8 @@ from workbench.run.ray_session import (
     record_ray_session,
     start_ray,
 )
-from workbench.run.result_files import result_loggers
 from workbench.run.results_folder import population_statuses
-from workbench.run.scheduler_state import SchedulerState
 from workbench.run.schedulers import scheduler, search_algorithm
-from workbench.run.state_sync import sync_without_temp_files
 from workbench.run.stopping import RulesStopper
 from workbench.run.summary import RunSummary, stop_reason, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
@@ -73,6 +68,12 @@ from workbench.tracking.store import client_for, tracking_uri_for
 from workbench.trial.config import Configure, build_config, param_space
 from workbench.trial.score import score_settings
 from workbench.trial.trainable import seeded_trainable
+from workbench.tune_ext.checkpoints import CheckpointGuard
+from workbench.tune_ext.optuna_study import close_study, record_result
+from workbench.tune_ext.ray_private import restored_tuner_uses
+from workbench.tune_ext.result_files import result_loggers
+from workbench.tune_ext.scheduler_state import SchedulerState
+from workbench.tune_ext.state_sync import sync_without_temp_files
 
 
 def prepare_results_dir(resolved: ResolvedExperiment) -> None:
@@ -214,7 +215,7 @@ def _session(
         if add_listener is not None:
             add_listener(tracker.on_exploit)
     # After the stateful ones (whose saved state Tune hands back by position): result.json
-    # and progress.csv written whole, in place of Tune's loggers (workbench.run.result_files).
+    # and progress.csv written whole, in place of Tune's loggers (workbench.tune_ext.result_files).
     callbacks += result_loggers()
     tune_config = tune.TuneConfig(
         scheduler=trial_scheduler,
@@ -597,12 +598,7 @@ def resume(
             resume_unfinished=True,
             resume_errored=True,
         )
-        internal = tuner._local_tuner
-        assert internal is not None
-        session.run_config.name = internal._run_config.name
-        session.run_config.storage_path = internal._run_config.storage_path
-        internal._tune_config = session.tune_config
-        internal._run_config = session.run_config
+        restored_tuner_uses(tuner, session.tune_config, session.run_config)
         logs.take_over(also_import=("mlflow",) if session.tracker else ())
         return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
 

@@ -173,7 +173,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         # have sampled together, across a resume too, for the bar toward a step budget.
         self.stopper: Any = None
         self.started = time.monotonic()
-        self._last_print = 0.0
+        self.last_print = 0.0
         self._announced: set[str] = set()  # the trials whose start was shown
         self._lock = threading.RLock()
         self._view: _View | None = None
@@ -260,7 +260,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
                     record.status = "STOPPED"  # the experiment ended around it
 
     def on_exploit(self, record: dict[str, Any]) -> None:
-        """Lineage listener (workbench.run.schedulers.ExploitRecorder): one line per exploit."""
+        """Lineage listener (workbench.tune_ext.pbt.ExploitRecorder): one line per exploit."""
         self._event(self.exploit_line(record))
 
     # --- state across a resume (Tune hands it back by the callback's position) ------
@@ -298,7 +298,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
 
     def table_lines(self) -> list[str]:
         """The table as plain text: a header and one line per trial."""
-        headers, rows = self._cells(self.rows())
+        headers, rows = self.cells(self.rows())
         widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
         right = {2, 3, 4, 5}
 
@@ -330,7 +330,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         parts.append(f"{running} running, {sum(r.status in _DONE for r in rows)} done")
         return " | ".join(parts)
 
-    def _cells(self, rows: list[TrialRecord]) -> tuple[list[str], list[list[str]]]:
+    def cells(self, rows: list[TrialRecord]) -> tuple[list[str], list[list[str]]]:
         score = any(r.return_metric == SCORE_METRIC for r in rows)
         names = list(self.hyperparameters.values())
         headers = ["trial", "status", "iter", "env steps", "score" if score else "return", "best"]
@@ -354,7 +354,7 @@ class ProgressTable(Callback):  # type: ignore[misc]
         plain lines otherwise; the table once more at the end."""
         out = stream or self.stream or sys.stdout
         self.started = time.monotonic()
-        self._last_print = self.started
+        self.last_print = self.started
         view: _View = _LiveView(self, out) if _is_terminal(out) else _PlainView(self, out)
         self._view = view
         try:
@@ -442,8 +442,8 @@ class _PlainView(_View):
 
     def tick(self) -> None:
         now = time.monotonic()
-        if now - self.table._last_print >= self.table.interval_s:
-            self.table._last_print = now
+        if now - self.table.last_print >= self.table.interval_s:
+            self.table.last_print = now
             self._print(self.table.status_line())
 
     def stop(self) -> None:
@@ -502,7 +502,7 @@ class _LiveView(_View):
             ProgressBar(total=1.0, completed=done, width=24),
             Text(f"{done:4.0%} toward {table.goal.describe()}"),
         )
-        headers, cells = table._cells(rows)
+        headers, cells = table.cells(rows)
         natural = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
         shown = _columns_that_fit(natural, width)
         # One space between columns (rich's (0, 1) pads both sides).

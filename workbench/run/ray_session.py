@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray._private.utils import get_dashboard_dependency_error
 
 from workbench.errors import ExperimentError
 from workbench.names import SESSION_FILE
+from workbench.tune_ext.ray_private import dashboard_dependency_error, local_head_node
 
 
 def dashboard_missing() -> str | None:
     """Why Ray's dashboard cannot start here (its packages, ray[default], are missing), or None."""
 
-    error = get_dashboard_dependency_error()
+    error = dashboard_dependency_error()
     if error is None:
         return None
     return (
@@ -65,8 +65,8 @@ def record_ray_session(results_dir: Path) -> None:
     """Remembers the processes of the local Ray this driver started (pid and start time
     of each), so that a resume after the driver was killed stops exactly those and what
     they started (workers, agents), and nothing else."""
-    node = getattr(ray._private.worker, "_global_node", None)
-    if node is None or not getattr(node, "head", False):
+    node = local_head_node()
+    if node is None:
         return  # joined a cluster: not ours to clean up
     pids = [
         pid

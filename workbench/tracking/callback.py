@@ -196,8 +196,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 record["seq"] = self._seq
                 self._seq += 1
         if self._writer is not None:
-            with self._writer._cv:
-                self._writer.runs.update(self._runs)
+            self._writer.add_runs(self._runs)
 
     # --- Tune hooks --------------------------------------------------------------------
     def setup(

@@ -164,6 +164,12 @@ class StoreWriter:
             self._thread = threading.Thread(target=self._loop, name="workbench-mlflow", daemon=True)
             self._thread.start()
 
+    def add_runs(self, runs: dict[str, str]) -> None:
+        """Runs (handle -> MLflow run id) found again after a restore, under the lock the
+        writer's thread reads them with."""
+        with self._cv:
+            self.runs.update(runs)
+
     def put(self, op: Op) -> None:
         with self._cv:
             self._queue.append(op)

@@ -39,7 +39,7 @@ class ResumableScheduler:
 
     It also makes Tune snapshot the experiment after every trial checkpoint (Tune
     does that only with num_to_keep, which the workbench cannot use: see
-    workbench.run.checkpoints), so that a resume never starts a trial from an older checkpoint
+    workbench.tune_ext.checkpoints), so that a resume never starts a trial from an older checkpoint
     than its last one.
 
     And it keeps the hyperparameters PBT, PB2 and replay gave a trial: Tune's restore

@@ -7,7 +7,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from workbench.run.scheduler_state import TIME_ATTR, ResumableScheduler
+from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler
 
 
 class ReplayScheduler(ResumableScheduler, FIFOScheduler):

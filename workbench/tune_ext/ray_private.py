@@ -1,0 +1,66 @@
+"""Ray's private functions and attributes that the other wings use, behind plain names.
+
+Each function says what it stands for in Ray 2.60; ``ray_surface.py`` lists them for the
+test that checks them against the installed Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def detected_cpus_and_gpus() -> tuple[float, float]:
+    """The CPUs and GPUs a local ``ray.init()`` would offer on this machine: Ray's own
+    detection (cgroup CPU limits, CUDA_VISIBLE_DEVICES, nvidia-smi)."""
+    from ray._private.accelerators import get_accelerator_manager_for_resource
+    from ray._private.utils import get_num_cpus
+
+    manager = get_accelerator_manager_for_resource("GPU")
+    gpus = float(manager.get_current_node_num_accelerators()) if manager else 0.0
+    return float(get_num_cpus()), gpus
+
+
+def dashboard_dependency_error() -> str | None:
+    """Why Ray's dashboard cannot start here (ray[default]'s packages missing), or None."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    error = get_dashboard_dependency_error()
+    return None if error is None else str(error)
+
+
+def local_head_node() -> Any | None:
+    """The node object of the local Ray this driver started (``ray._private.worker``'s
+    global node), or None when it started none or joined a cluster."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return None
+    return node
+
+
+def enable_local_token_auth() -> None:
+    """Ray 2.60 starts a local cluster with token authentication (the token in
+    ~/.ray/auth_token), but only a driver that finds it by ``address="auto"`` turns the
+    token on; one given an explicit address does not, and the GCS refuses it. Do what
+    "auto" does: use the token when RAY_AUTH_MODE is unset and one exists."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def restored_tuner_uses(tuner: Any, tune_config: Any, run_config: Any) -> None:
+    """Hands a ``Tuner.restore``d tuner this driver's Tune and run configs (its scheduler,
+    searcher, callbacks and stop rules, built from the experiment again) while keeping the
+    name and storage path the restore found: ``Tuner.restore`` takes no configs."""
+    internal = tuner._local_tuner
+    if internal is None:
+        raise RuntimeError("Tuner.restore gave a tuner without its local tuner")
+    run_config.name = internal._run_config.name
+    run_config.storage_path = internal._run_config.storage_path
+    internal._tune_config = tune_config
+    internal._run_config = run_config
