@@ -15,6 +15,7 @@ import pytest
 from ray import tune
 
 from tests.support.experiments import small_pbt, write_experiment
+from workbench.lineage_record import ExploitDecision
 from workbench.trial.candidates import (
     CANDIDATES_DIR,
     RESULT_FILE,
@@ -189,7 +190,7 @@ class Member(tune.Trainable):
 
 def _exploits(
     tmp_path: Path, exploit_test: str
-) -> tuple[list[dict[str, Any]], dict[str, list[bool]]]:
+) -> tuple[list[ExploitDecision], dict[str, list[bool]]]:
     """The exploits of a population of the two members under the experiment's PBT (the
     scheduler the workbench builds for ``exploit_test``), and by trial id whether each of
     its results was the found member's evaluation."""
@@ -214,7 +215,7 @@ def _exploits(
         evaluation={"at_end": "none", "every": 2},
     )
     pbt = scheduler(load_and_resolve(write_experiment(folder / "pop.yaml", data)))
-    seen: list[dict[str, Any]] = []
+    seen: list[ExploitDecision] = []
     pbt.add_lineage_listener(seen.append)  # type: ignore[attr-defined]
     tuner = tune.Tuner(
         Member,
@@ -246,7 +247,7 @@ def test_a_member_that_found_the_reward_is_not_cloned_over_by_a_noisy_one(tmp_pa
     # enough, and the member that had found the reward takes its weights.
     plain, roles = _exploits(tmp_path, "none")
     (found,) = [trial for trial, rows in roles.items() if rows[0]]
-    assert [r["source"] for r in plain if r["target"] == found], (plain, roles)
+    assert [r.source for r in plain if r.target == found], (plain, roles)
     assert not all(roles[found]), roles  # it went on with the noisy member's weights
     # With Welch's test: 510 +- 150 over 10 episodes is no evidence against 500 +- 1.
     tested, roles = _exploits(tmp_path, "welch")

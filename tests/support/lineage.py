@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.analysis.lineage import LineageRecord
+from workbench.lineage_record import LineageRecord
 
 FINAL = 30
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from workbench.lineage_record import ExploitDecision
 from workbench.names import LOG_FILE, RETURN_METRIC, SCORE_METRIC, trial_name
 from workbench.run.console import LibraryLogs
 from workbench.run.progress import ProgressTable, StopGoal, TrialRecord, clock, number
@@ -98,18 +99,34 @@ def test_the_score_is_shown_when_trials_report_it_else_the_raw_mean() -> None:
     assert table.table_lines()[0].split()[5] == "score"
 
 
+def _decision(
+    target: str, source: str, exploit_iteration: int, old: dict[str, Any], new: dict[str, Any]
+) -> ExploitDecision:
+    return ExploitDecision(
+        time=0.0,
+        target=target,
+        source=source,
+        target_iteration=exploit_iteration,
+        source_iteration=exploit_iteration,
+        exploit_iteration=exploit_iteration,
+        decided_on_own_result=True,
+        old=old,
+        new=new,
+    )
+
+
 def test_an_exploit_is_one_line_in_the_users_names() -> None:
     table = _table()
     for index in (0, 2):
         table.on_trial_result(0, [], _trial(index, lr=1e-3), _result(1, 1.0, {}))
     line = table.exploit_line(
-        {
-            "target": "39e3e_00000",
-            "source": "39e3e_00002",
-            "exploit_iteration": 8,
-            "old": {"lr": 5.6e-4, "lambda": 0.95},
-            "new": {"lr": 5.4e-5, "lambda": 0.97},
-        }
+        _decision(
+            target="39e3e_00000",
+            source="39e3e_00002",
+            exploit_iteration=8,
+            old={"lr": 5.6e-4, "lambda": 0.95},
+            new={"lr": 5.4e-5, "lambda": 0.97},
+        )
     )
     assert line == "PPO_00000 <- PPO_00002 @ it 8: lr 5.6e-4 -> 5.4e-5, lambda_ 0.95 -> 0.97"
 
@@ -150,13 +167,13 @@ def test_not_a_terminal_plain_lines_and_the_table_once_at_the_end() -> None:
             table.on_trial_start(0, [], trial)
             table.on_trial_result(0, [], trial, _result(1, 9.0, trial.config))
         table.on_exploit(
-            {
-                "target": first.trial_id,
-                "source": second.trial_id,
-                "exploit_iteration": 2,
-                "old": {"lr": 1e-3},
-                "new": {"lr": 2.4e-3},
-            }
+            _decision(
+                target=first.trial_id,
+                source=second.trial_id,
+                exploit_iteration=2,
+                old={"lr": 1e-3},
+                new={"lr": 2.4e-3},
+            )
         )
         table.on_trial_start(0, [], first)  # restarted after the exploit: not "started" again
         table.on_trial_complete(0, [], second)
@@ -344,13 +361,13 @@ def test_on_a_terminal_one_table_redrawn_in_place_with_exploits_above_it(
                 table._view.live.refresh()  # type: ignore[union-attr]
             if iteration == 1:
                 table.on_exploit(
-                    {
-                        "target": trials[0].trial_id,
-                        "source": trials[1].trial_id,
-                        "exploit_iteration": 1,
-                        "old": {"lr": 1e-3},
-                        "new": {"lr": 2.4e-3},
-                    }
+                    _decision(
+                        target=trials[0].trial_id,
+                        source=trials[1].trial_id,
+                        exploit_iteration=1,
+                        old={"lr": 1e-3},
+                        new={"lr": 2.4e-3},
+                    )
                 )
         for trial in trials:
             table.on_trial_complete(0, [], trial)
@@ -387,13 +404,13 @@ def test_a_narrow_terminal_drops_hyperparameter_columns_and_cuts_exploit_lines(
         for trial in trials:
             table.on_trial_result(0, [], trial, _result(28, 479.7, config))
         table.on_exploit(
-            {
-                "target": trials[0].trial_id,
-                "source": trials[1].trial_id,
-                "exploit_iteration": 28,
-                "old": config,
-                "new": {n: 0.5 for n in names},
-            }
+            _decision(
+                target=trials[0].trial_id,
+                source=trials[1].trial_id,
+                exploit_iteration=28,
+                old=config,
+                new={n: 0.5 for n in names},
+            )
         )
     seen = screen(out.getvalue(), 80)
     assert all(len(line) <= 80 for line in seen)

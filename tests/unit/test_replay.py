@@ -13,7 +13,7 @@ import yaml
 from ray.tune.schedulers import TrialScheduler
 
 from tests.support.experiments import tiny_ppo, write_experiment
-from workbench.analysis.lineage import LineageRecord, Segment
+from workbench.analysis.lineage import Segment
 from workbench.analysis.schedule import (
     replay_experiment,
     replay_steps,
@@ -23,6 +23,7 @@ from workbench.analysis.schedule import (
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.search_space import parse_search_space
+from workbench.lineage_record import LineageRecord
 from workbench.run.schedulers import scheduler
 from workbench.tune_ext.replay import ReplayScheduler
 

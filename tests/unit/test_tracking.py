@@ -7,6 +7,7 @@ that goes away mid-run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -20,8 +21,9 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
 from tests.support.trials import FakeTrial
-from workbench.analysis.lineage import LineageRecord, check_sequence
+from workbench.analysis.lineage import check_sequence
 from workbench.analysis.population_plots import render_population_pngs
+from workbench.lineage_record import ExploitDecision, LineageRecord
 from workbench.names import LINEAGE_FILE, SPOOL_FILE
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.metrics import metric_filter, numeric_metrics
@@ -234,19 +236,19 @@ def test_an_exploit_becomes_a_lineage_record_at_the_right_step(tmp_path: Path) -
     assert {LINEAGE_FILE, "lineage.png", "best_schedule.png"} <= names
 
 
-def _exploit(target: str, source: str, at: int, time: float) -> dict[str, Any]:
-    return {
-        "time": time,
-        "target": target,
-        "source": source,
-        "target_iteration": at - 1,
-        "source_iteration": at,
-        "exploit_iteration": at,
-        "decided_on_own_result": True,
-        "old": {"lr": 0.001},
-        "donor": {"lr": 0.01},
-        "new": {"lr": 0.012},
-    }
+def _exploit(target: str, source: str, at: int, time: float) -> ExploitDecision:
+    return ExploitDecision(
+        time=time,
+        target=target,
+        source=source,
+        target_iteration=at - 1,
+        source_iteration=at,
+        exploit_iteration=at,
+        decided_on_own_result=True,
+        old={"lr": 0.001},
+        donor={"lr": 0.01},
+        new={"lr": 0.012},
+    )
 
 
 def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
@@ -340,7 +342,9 @@ def test_a_donor_this_driver_never_started_is_named_by_the_scheduler_s_record(
     tracker.on_trial_start(0, [a, b], a)  # b finished before the kill: never started here
     tracker.on_trial_result(1, [a, b], a, _result(1, a.config))
     record = _exploit(a.trial_id, b.trial_id, 2, 1.0)
-    tracker.on_exploit({**record, "target_name": "PPO_00000", "source_name": "PPO_00001"})
+    tracker.on_exploit(
+        dataclasses.replace(record, target_name="PPO_00000", source_name="PPO_00001")
+    )
     tracker.on_trial_result(2, [a, b], a, _result(2, a.config))
     tracker.on_trial_result(3, [a, b], a, _result(3, a.config))
     _end(tracker, [a])

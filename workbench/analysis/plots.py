@@ -24,13 +24,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from workbench.analysis.lineage import (
-    LineageRecord,
-    ancestry,
-    ancestry_exploits,
-    describe_changes,
-    format_value,
-)
+from workbench.analysis.lineage import ancestry, ancestry_exploits, describe_changes, format_value
+from workbench.lineage_record import LineageRecord
 
 DPI = 100
 BEST = "#d62728"  # the best trial and its ancestry

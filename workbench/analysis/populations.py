@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.lineage import (
-    LineageRecord,
     Schedule,
     Segment,
     ancestry,
@@ -25,6 +24,7 @@ from workbench.analysis.lineage import (
 )
 from workbench.errors import ExperimentError
 from workbench.experiment.bounds import BOUNDS
+from workbench.lineage_record import LineageRecord
 from workbench.names import (
     CLONED_FROM_TAG,
     ERROR_TAG,

@@ -27,8 +27,9 @@ from ray.rllib.core.models.catalog import Catalog
 from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 from ray.rllib.core.rl_module.rl_module import RLModule
 
-from workbench.analysis.lineage import LineageRecord, read_jsonl
+from workbench.analysis.lineage import read_jsonl
 from workbench.errors import ExperimentError
+from workbench.lineage_record import LineageRecord
 from workbench.names import LINEAGE_FILE
 from workbench.trial.manifest import MANIFEST_FILE, Candidate, choose, problem, read_manifest
 from workbench.trial.observation_filter import ObservationStats

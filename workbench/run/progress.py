@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from ray.tune import Callback
 from ray.tune.utils import flatten_dict
 
+from workbench.lineage_record import ExploitDecision
 from workbench.names import RETURN_METRIC, SCORE_METRIC, STEP_METRIC, STEPS_METRIC
 
 # The rules whose progress is the return: the closer to the target, the further along.
@@ -259,9 +260,9 @@ class ProgressTable(Callback):  # type: ignore[misc]
                 if record.status in ("RUNNING", "PENDING", "PAUSED"):
                     record.status = "STOPPED"  # the experiment ended around it
 
-    def on_exploit(self, record: dict[str, Any]) -> None:
+    def on_exploit(self, decision: ExploitDecision) -> None:
         """Lineage listener (workbench.tune_ext.pbt.ExploitRecorder): one line per exploit."""
-        self._event(self.exploit_line(record))
+        self._event(self.exploit_line(decision))
 
     # --- state across a resume (Tune hands it back by the callback's position) ------
     def get_state(self) -> dict[str, Any] | None:
@@ -278,17 +279,17 @@ class ProgressTable(Callback):  # type: ignore[misc]
                 self.records[trial_id] = TrialRecord(**fields)
 
     # --- what is shown ------------------------------------------------------------------
-    def exploit_line(self, record: dict[str, Any]) -> str:
+    def exploit_line(self, decision: ExploitDecision) -> str:
         with self._lock:
-            target = self._name_of(record.get("target"))
-            source = self._name_of(record.get("source"))
-        old, new = record.get("old", {}), record.get("new", {})
+            target = self._name_of(decision.target)
+            source = self._name_of(decision.source)
+        old, new = decision.old, decision.new
         changes = [
             f"{self.hyperparameters.get(k, k)} {number(old.get(k))} -> {number(new[k])}"
             for k in new
             if old.get(k) != new[k]
         ]
-        at = record.get("exploit_iteration", record.get("target_iteration"))
+        at = decision.exploit_iteration
         return f"{target} <- {source} @ it {at}: " + (", ".join(changes) or "values kept")
 
     def rows(self) -> list[TrialRecord]:

@@ -24,6 +24,7 @@ second run per trial after a restore. This module does it differently:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 import time
@@ -34,6 +35,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from workbench.lineage_record import ExploitDecision, LineageRecord
 from workbench.names import (
     CHECKPOINT_FALLBACK_KEY,
     CHECKPOINT_FALLBACK_TAG,
@@ -95,6 +97,18 @@ class TrackingTarget:
     render_plots: PlotRenderer | None = None
 
 
+@dataclass
+class _Pending:
+    """An exploit decided but not yet written: `armed` once the target's next result will
+    show the restore (after the result the decision was made on)."""
+
+    record: LineageRecord
+    armed: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.record.to_dict()
+
+
 class MlflowTracker(Callback):  # type: ignore[misc]
     """The Tune callback (driver side) that writes a population to MLflow."""
 
@@ -107,10 +121,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._trial_names: dict[str, str] = {}
         self._opened: set[str] = set()
         self._ended: set[str] = set()
-        self._exploits: dict[str, list[dict[str, Any]]] = {}  # target -> records not yet queued
+        self._exploits: dict[str, list[_Pending]] = {}  # target -> records not yet queued
         # Records handed to the writer that the lineage file may not show yet: the writer
         # appends them from its own thread, and a driver killed first would lose them.
-        self._queued: list[dict[str, Any]] = []
+        self._queued: list[LineageRecord] = []
         self._seq = 0
         self._lock = threading.Lock()
         self._started = time.monotonic()
@@ -155,13 +169,13 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         # (Read only while some are queued: a snapshot follows every trial checkpoint.)
         _, written = self._lineage_file() if self._queued else (set(), set())
         with self._lock:
-            pending = {k: [dict(r) for r in v] for k, v in self._exploits.items() if v}
+            pending = {k: [p.to_dict() for p in v] for k, v in self._exploits.items() if v}
             # Queued to the writer, not in the file yet: as good as pending (seen in the
             # soak drill: a record queued just before a snapshot and a kill was in
             # neither, and the lineage lacked its number).
-            self._queued = [r for r in self._queued if (r["target"], r["time"]) not in written]
+            self._queued = [r for r in self._queued if (r.target, r.time) not in written]
             for record in self._queued:
-                pending.setdefault(record["target"], []).append(dict(record))
+                pending.setdefault(record.target, []).append(record.to_dict())
         # Exploits decided but not yet written (their target had not restarted): a driver
         # killed now would lose them, and their numbers would be a gap in the lineage.
         # (The next number comes from the lineage file and these: set_state.)
@@ -180,20 +194,21 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         # anew after the file's).
         numbers, written = self._lineage_file()
         with self._lock:
-            pending = [r for records in dict(state.get("pending") or {}).values() for r in records]
+            saved = [r for records in dict(state.get("pending") or {}).values() for r in records]
             renumber = []
-            for record in sorted(pending, key=lambda r: int(r.get("seq", 0))):
-                if (record.get("target"), record.get("time")) in written:
+            for data in sorted(saved, key=lambda r: int(r.get("seq", 0))):
+                if (data.get("target"), data.get("time")) in written:
                     continue
-                record = {**record, "armed": True}
-                if record.get("seq") in numbers or not isinstance(record.get("seq"), int):
-                    renumber.append(record)
+                numbered = isinstance(data.get("seq"), int) and data["seq"] not in numbers
+                entry = _Pending(LineageRecord.from_dict({**data, "seq": data.get("seq", -1)}))
+                if numbered:
+                    numbers.add(entry.record.seq)
                 else:
-                    numbers.add(record["seq"])
-                self._exploits.setdefault(record["target"], []).append(record)
+                    renumber.append(entry)
+                self._exploits.setdefault(entry.record.target, []).append(entry)
             self._seq = max(self._seq, max(numbers, default=-1) + 1)
-            for record in renumber:
-                record["seq"] = self._seq
+            for entry in renumber:
+                entry.record = dataclasses.replace(entry.record, seq=self._seq)
                 self._seq += 1
         if self._writer is not None:
             self._writer.add_runs(self._runs)
@@ -314,44 +329,44 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         if isinstance(fallback, str) and fallback:
             self.writer.put(Tags(handle, {CHECKPOINT_FALLBACK_TAG: fallback[:4000]}))
         # Exploits decided on this very result: the trial restores before its next one.
-        for record in self._exploits.get(handle, []):
-            record["armed"] = True
+        for entry in self._exploits.get(handle, []):
+            entry.armed = True
 
-    def on_exploit(self, record: dict[str, Any]) -> None:
+    def on_exploit(self, decision: ExploitDecision) -> None:
         """Lineage listener (ExploitRecorder): runs inside the scheduler's decision,
         before the result that triggered it reaches on_trial_result."""
         with self._lock:
-            record = dict(record)
-            record["seq"] = self._seq
+            seq = self._seq
             self._seq += 1
-        record["armed"] = not record.get("decided_on_own_result", False)
-        for key in ("old", "donor", "new"):
-            record[key] = {
-                self.target.hyperparameters.get(k, k): v for k, v in record.get(key, {}).items()
-            }
-        self._exploits.setdefault(record["target"], []).append(record)
+        record = decision.renamed(self.target.hyperparameters).numbered(seq)
+        entry = _Pending(record, armed=not decision.decided_on_own_result)
+        self._exploits.setdefault(record.target, []).append(entry)
 
     def _queue_exploits(self, handle: str, restored_iteration: int | None = None) -> None:
         """Queues the target's exploits that have taken effect (all of them at its end)."""
         waiting = []
-        for record in self._exploits.pop(handle, []):
-            if restored_iteration is not None and not record.get("armed"):
-                waiting.append(record)
+        for entry in self._exploits.pop(handle, []):
+            if restored_iteration is not None and not entry.armed:
+                waiting.append(entry)
                 continue
-            record.pop("armed", None)
+            record = entry.record
             # Names known by now: a resumed driver can decide an exploit before the
-            # donor's on_trial_start, and the record would name it by its id.
-            for key in ("target", "source"):
-                record[f"{key}_name"] = self._trial_names.get(
-                    record[key], record.get(f"{key}_name", record[key])
-                )
-            # The iteration the target continued from: the donor checkpoint's (a record
-            # the killed driver had queued already keeps the one it saw).
-            if record.get("restored_iteration") is None:
-                record["restored_iteration"] = restored_iteration
+            # donor's on_trial_start, and the record would name it by its id. The
+            # iteration the target continued from: the donor checkpoint's (a record the
+            # killed driver had queued already keeps the one it saw).
+            record = dataclasses.replace(
+                record,
+                target_name=self._trial_names.get(record.target, record.target_name),
+                source_name=self._trial_names.get(record.source, record.source_name),
+                restored_iteration=(
+                    restored_iteration
+                    if record.restored_iteration is None
+                    else record.restored_iteration
+                ),
+            )
             with self._lock:
-                self._queued.append(dict(record))
-            self.writer.put(Lineage(handle, record))
+                self._queued.append(record)
+            self.writer.put(Lineage(handle, record.to_dict()))
         if waiting:
             self._exploits[handle] = waiting
 

@@ -56,7 +56,7 @@ class Lineage:
     """An exploit: gets the target run's current step, then goes to lineage.jsonl."""
 
     target: str
-    record: dict[str, Any]
+    record: dict[str, Any]  # LineageRecord.to_dict(): the spool keeps operations as JSON
 
 
 @dataclass

@@ -29,6 +29,7 @@ from ray.tune.schedulers.pb2 import PB2
 from ray.tune.utils import flatten_dict
 
 from workbench.experiment.search_space import ParamSpec, explore
+from workbench.lineage_record import ExploitDecision
 from workbench.names import (
     SCORE_EPISODES_METRIC,
     SCORE_METRIC,
@@ -44,8 +45,8 @@ from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler, co
 
 logger = logging.getLogger(__name__)
 
-# (record) -> None; a record describes one exploit (see ExploitRecorder._log_config_on_step).
-LineageListener = Callable[[dict[str, Any]], None]
+# Told of every exploit as PBT decides it (ExploitRecorder._log_config_on_step).
+LineageListener = Callable[[ExploitDecision], None]
 
 
 class ExploitRecorder:
@@ -110,35 +111,35 @@ class ExploitRecorder:
             return {k: config.get(k) for k in keys}
 
         own = self._deciding is not None and self._deciding[0] == trial.trial_id
-        record = {
-            "time": time.time(),
+        decision = ExploitDecision(
+            time=time.time(),
             # The iteration whose result the exploit was decided on, and whether that
             # was the target's own result (asynchronous PBT) or another trial's
             # (synchronous PBT decides for paused trials at the last one's result).
-            "exploit_iteration": self._deciding[1]
+            exploit_iteration=self._deciding[1]
             if own and self._deciding is not None
             else int(trial.last_result.get(TIME_ATTR, 0)),
-            "decided_on_own_result": own,
-            "target": trial.trial_id,
-            "source": trial_to_clone.trial_id,
+            decided_on_own_result=own,
+            target=trial.trial_id,
+            source=trial_to_clone.trial_id,
             # Named here, where both trials are at hand: a resumed driver's tracker has
             # not seen a donor that finished before the kill start again.
-            "target_name": trial_name(trial),
-            "source_name": trial_name(trial_to_clone),
+            target_name=trial_name(trial),
+            source_name=trial_name(trial_to_clone),
             # The same iterations as Tune's pbt_global.txt.
-            "target_iteration": int(trial.last_result.get(TIME_ATTR, 0)),
-            "source_iteration": int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
+            target_iteration=int(trial.last_result.get(TIME_ATTR, 0)),
+            source_iteration=int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
             # The iteration of the donor checkpoint the target restarts from, as PBT
             # holds it (the tracker's restored_iteration is what the target showed next).
-            "checkpoint_iteration": int((new_state.last_result or {}).get(TIME_ATTR, 0)),
+            checkpoint_iteration=int((new_state.last_result or {}).get(TIME_ATTR, 0)),
             # The iteration of the donor's result its score is from.
-            "source_score_iteration": int(new_state.last_train_time),
-            "old": pick(trial.config),
-            "donor": pick(trial_to_clone.config),
-            "new": pick(new_config),
-        }
+            source_score_iteration=int(new_state.last_train_time),
+            old=pick(trial.config),
+            donor=pick(trial_to_clone.config),
+            new=pick(new_config),
+        )
         for listener in self.__dict__.get("_lineage_listeners", []):
-            listener(record)
+            listener(decision)
 
 
 _PBT_TRIAL_FIELDS = (
