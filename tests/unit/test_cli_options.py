@@ -49,6 +49,16 @@ def test_a_population_given_twice_must_agree(capsys: pytest.CaptureFixture[str])
     assert "--population b and the POPULATION argument a disagree" in err
 
 
+def test_a_bare_workbench_prints_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("usage: workbench ")
+    assert "validate" in out.out and "resume" in out.out
+    assert out.err == ""
+
+
 @pytest.mark.parametrize("command", [["lineage"], ["runs"], ["show", "PPO_00000"]])
 def test_an_unknown_option_prints_the_commands_usage(
     command: list[str], capsys: pytest.CaptureFixture[str]

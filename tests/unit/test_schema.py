@@ -247,6 +247,24 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         "search_space.params.lrr",
         ("PPO has no hyperparameter 'lrr'", "did you mean 'lr'?"),
     ),
+    "another library's name for a hyperparameter": (
+        {"search_space": {"params": {"learning_rate": LR_BLOCK}}},
+        "search_space.params.learning_rate",
+        ("has no hyperparameter 'learning_rate'", "did you mean 'lr'?", "Stable-Baselines3's"),
+    ),
+    "searched minibatches larger than the train batch": (
+        {
+            "training": {"train_batch_size_per_learner": 2000},
+            "search_space": {"params": {"minibatch_size": {"choice": [4096, 8192]}}},
+        },
+        "search_space: minibatch_size",
+        ("minibatch_size up to 8192", "train_batch_size_per_learner of 2000", "at most 2000"),
+    ),
+    "a fixed minibatch larger than RLlib's default train batch": (
+        {"training": {"minibatch_size": 8000}},
+        "training.minibatch_size",
+        ("minibatch_size of 8000", "train_batch_size_per_learner of 4000"),
+    ),
     "fixed training key the algorithm lacks": (
         {"training": {"clip_parm": 0.2}},
         "training.clip_parm",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from workbench.cli.common import fit_width, print_json
-from workbench.cli.format import shown, table, terminal_width, wrapped
+from workbench.cli.format import counted, shown, table, terminal_width, wrapped
 from workbench.cli.options import DIRECTORY, VERBOSE, Commands, path_arg
 from workbench.errors import ExperimentError
 from workbench.names import RESOLVED_FILE, SPOOL_FILE
@@ -64,7 +64,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         exp = resolved.experiment
         print(
             f"{file}: ok ({exp.algorithm} on {exp.env.id}, {exp.scheduler.type} over "
-            f"{len(resolved.search_space)} hyperparameters, population {exp.population})"
+            f"{counted(len(resolved.search_space), 'hyperparameter')}, population {exp.population})"
         )
     return ExperimentError.exit_code if failed else 0
 

@@ -23,6 +23,11 @@ from workbench.names import (
 )
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 hyperparameter', '2 hyperparameters': a count with its noun."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def terminal_width() -> int:
     """The columns output should fit: COLUMNS, else the terminal's, else 100."""
     return shutil.get_terminal_size((100, 24)).columns

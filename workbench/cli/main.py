@@ -49,6 +49,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The arguments; an option the command does not know is told with that command's
     usage (argparse's top-level parser would print its own)."""
     parser, subparsers = _build()
+    if not (sys.argv[1:] if argv is None else list(argv)):
+        parser.print_help()  # a bare `workbench`: the commands, not an error
+        parser.exit(0)
     args, extra = parser.parse_known_args(argv)
     if extra:
         subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

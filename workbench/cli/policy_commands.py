@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from workbench.cli.common import population_ref, print_json, store_of
-from workbench.cli.format import num
+from workbench.cli.format import counted, num
 from workbench.cli.options import DIRECTORY, POPULATION_ARG, Commands, path_arg, positive_int
 from workbench.errors import ExperimentError
 
@@ -92,7 +92,8 @@ def _cmd_export_schedule(args: argparse.Namespace) -> int:
         return 0
     print(
         f"Schedule of {exported.trial} (population {exported.population}) written to "
-        f"{output}: {len(exported.steps)} steps over {exported.iterations} iterations"
+        f"{output}: {counted(len(exported.steps), 'step')} over "
+        f"{counted(exported.iterations, 'iteration')}"
     )
     print(
         "Ancestry: "

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+from workbench.errors import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,36 @@ FAST_RUNNER_ALGORITHMS = ("PPO", "APPO", "IMPALA")
 LEAN_LEARNER_ALGORITHMS = ("PPO", "DQN")
 
 _TO_DICT_RENAMES = {"lambda_": "lambda", "input_": "input"}
+
+# Other libraries' names for RLlib's hyperparameters, for users who bring settings from
+# them: the name -> (RLlib's names it may mean, the library that spells it so). The first
+# of RLlib's names that the algorithm has is suggested.
+_OTHER_NAMES: dict[str, tuple[tuple[str, ...], str]] = {
+    "learning_rate": (("lr",), "Stable-Baselines3's"),
+    "gae_lambda": (("lambda_",), "Stable-Baselines3's"),
+    "clip_range": (("clip_param",), "Stable-Baselines3's"),
+    "clip_coef": (("clip_param",), "CleanRL's"),
+    "ent_coef": (("entropy_coeff",), "Stable-Baselines3's"),
+    "vf_coef": (("vf_loss_coeff",), "Stable-Baselines3's"),
+    "n_epochs": (("num_epochs",), "Stable-Baselines3's"),
+    "update_epochs": (("num_epochs",), "CleanRL's"),
+    "batch_size": (("minibatch_size", "train_batch_size_per_learner"), "Stable-Baselines3's"),
+    "max_grad_norm": (("grad_clip",), "Stable-Baselines3's"),
+    "target_kl": (("kl_target",), "Stable-Baselines3's"),
+}
+
+
+def hyperparameter_hint(name: str, valid: Iterable[str]) -> str:
+    """' (did you mean ...?)' for a name the algorithm lacks: RLlib's name when ``name`` is
+    another library's (``learning_rate`` -> ``lr``), else the closest valid name."""
+    choices = list(valid)
+    meant, source = _OTHER_NAMES.get(name, ((), ""))
+    for candidate in meant:
+        if candidate in choices:
+            return f" (did you mean {candidate!r}? {name!r} is {source} name)"
+    return did_you_mean(name, choices)
+
+
 _NOT_HYPERPARAMETERS = {"self", "kwargs"}
 
 

@@ -22,6 +22,8 @@ from workbench.experiment.algorithms import (
     ALGORITHMS,
     FAST_RUNNER_ALGORITHMS,
     LEAN_LEARNER_ALGORITHMS,
+    config_class,
+    hyperparameter_hint,
     training_parameters,
     tune_key,
 )
@@ -102,7 +104,8 @@ def resolve(
                 Problem(
                     where,
                     f"training.{name}",
-                    f"{algo} has no hyperparameter {name!r}{did_you_mean(name, valid_params)}",
+                    f"{algo} has no hyperparameter {name!r}"
+                    f"{hyperparameter_hint(name, valid_params)}",
                 )
             )
         elif (why := value_problem(name, value)) is not None:
@@ -121,7 +124,7 @@ def resolve(
                     where,
                     origin,
                     f"{algo} has no hyperparameter {name!r} to search"
-                    f"{did_you_mean(name, valid_params)}",
+                    f"{hyperparameter_hint(name, valid_params)}",
                 )
             )
         elif name in experiment.training:
@@ -162,6 +165,8 @@ def resolve(
     results_dir = storage.resolve() / experiment.name
     if check_results:
         check_results_dir(results_dir, experiment, where, problems)
+    if not problems:
+        problems += _minibatch_problems(experiment, space, where)
     if problems:
         raise ExperimentError(problems)
     keys = {name: tune_key(algo, name) for name in [*space, *replayed]}
@@ -184,6 +189,46 @@ def resolve(
         discrete_actions=bool(discrete),
         defaults=chosen,
     )
+
+
+def _extent(name: str, experiment: Experiment, space: SearchSpace) -> tuple[float, float] | None:
+    """The smallest and largest value a trial can train with: the searched block's, the
+    fixed value, or RLlib's default (None: unset and no default)."""
+    spec = space.get(name)
+    if spec is not None:
+        if spec.bounds is not None:
+            return spec.bounds
+        values = [v for v in getattr(spec, spec.kind) if isinstance(v, int | float)]
+        return (min(values), max(values)) if values else None
+    value = experiment.training.get(name)
+    if value is None and name == "train_batch_size_per_learner":
+        config = config_class(experiment.algorithm)()
+        value = config.train_batch_size_per_learner or config.train_batch_size
+    return (float(value), float(value)) if isinstance(value, int | float) else None
+
+
+def _minibatch_problems(experiment: Experiment, space: SearchSpace, where: str) -> list[Problem]:
+    """RLlib refuses a trial whose minibatch is larger than its train batch, when the trial
+    starts: refused here instead, with the values that collide."""
+    if "minibatch_size" not in training_parameters(experiment.algorithm):
+        return []
+    minibatch = _extent("minibatch_size", experiment, space)
+    batch = _extent("train_batch_size_per_learner", experiment, space)
+    if minibatch is None or batch is None or minibatch[1] <= batch[0]:
+        return []
+    field = (
+        "search_space: minibatch_size" if "minibatch_size" in space else "training.minibatch_size"
+    )
+    return [
+        Problem(
+            where,
+            field,
+            f"minibatch_size {'up to ' if minibatch[0] < minibatch[1] else 'of '}"
+            f"{minibatch[1]:g} is larger than train_batch_size_per_learner "
+            f"of {batch[0]:g} (RLlib refuses such a trial when it starts); valid: a "
+            f"minibatch_size of at most {batch[0]:g}, or a larger train batch",
+        )
+    ]
 
 
 def load_and_resolve(
@@ -473,7 +518,7 @@ def _check_replay(
                     where,
                     field,
                     f"{experiment.algorithm} has no hyperparameter {name!r} to replay"
-                    f"{did_you_mean(name, valid_params)}",
+                    f"{hyperparameter_hint(name, valid_params)}",
                 )
             )
         elif name in experiment.training:
