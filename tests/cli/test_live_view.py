@@ -94,7 +94,7 @@ def test_in_a_terminal_the_table_redraws_in_place(experiment: Path) -> None:
     assert bar.endswith(" 100% toward iterations 6"), bar
     exploits = [line for line in seen if EXPLOIT.match(line)]
     assert len(exploits) == 2, "\n".join(seen)
-    assert any(line.startswith("Stopped after ") for line in seen)
+    assert any(line.startswith("Ran ") and "(wall clock)" in line for line in seen)
     # The libraries' own lines went to the log file.
     log = (experiment.parent / "results" / "tty" / LOG_FILE).read_text()
     assert "Started a local Ray instance" in log and "[WorkbenchPBT] [Exploit]" in log
@@ -119,8 +119,8 @@ def test_through_a_pipe_plain_lines_within_a_line_budget(experiment: Path) -> No
     assert len(started) == 2 and all(re.search(r": lr \S+, lambda_ \S+$", s) for s in started)
     assert len([line for line in lines if EXPLOIT.match(line)]) == 2, "\n".join(lines)
     assert [m[1] for line in lines if (m := ROW.match(line))] == ["PPO_00000", "PPO_00001"]
-    stopped = next(line for line in lines if line.startswith("Stopped after "))
-    assert stopped.endswith("(wall time): every trial reached a stop rule (iterations 6)")
+    stopped = next(line for line in lines if line.startswith("Ran ") and "(wall clock)" in line)
+    assert stopped.endswith("(wall clock); stopped: every trial reached a stop rule (iterations 6)")
     # The summary's schedule numbers iterations as `workbench show` does.
     best = next(m[1] for line in lines if (m := re.match(r"^Best trial (PPO_\d{5}):", line)))
     start = lines.index("Its hyperparameters over time (first iteration trained with them):")

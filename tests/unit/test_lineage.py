@@ -248,6 +248,12 @@ def test_render_tree_branches_siblings_and_formats_floats() -> None:
 def test_render_tree_without_exploits_or_best() -> None:
     text = render_tree({"b": ("PPO_B", 3), "a": ("PPO_A", 5)}, [])
     assert text == "  PPO_A  [1-5]\n  PPO_B  [1-3]\n  (no exploits yet)"
+    asha = render_tree(
+        {"a": ("PPO_A", 5)},
+        [],
+        no_exploits="no exploits: asha does not clone members, PBT and PB2 do",
+    )
+    assert asha.endswith("(no exploits: asha does not clone members, PBT and PB2 do)")
     assert "*" not in render_tree(TRIALS, RECORDS)
 
 

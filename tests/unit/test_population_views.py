@@ -13,6 +13,7 @@ import pytest
 from tests.support.stores import Store, new_store
 from workbench.analysis.populations import (
     Population,
+    PopulationLineage,
     find_population,
     find_target,
     leaderboard,
@@ -407,3 +408,16 @@ def test_result_of_reads_what_the_run_records_and_nothing_else() -> None:
     assert result_of(tags, {}) is None  # no figure: no result
     assert result_of({}, {RESULT_RETURN_METRIC: 200.0}) is None  # whose, unknown
     assert result_of({RESULT_TRIAL_ID_TAG: ""}, {RESULT_RETURN_METRIC: 200.0}) is None
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "said"),
+    [
+        ("asha", "(no exploits: asha does not clone members, PBT and PB2 do)"),
+        ("pbt", "(no exploits yet)"),
+        ("", "(no exploits yet)"),  # a store from before the scheduler was read
+    ],
+)
+def test_a_population_whose_scheduler_never_clones_says_so(scheduler: str, said: str) -> None:
+    pop = Population("r", "p", "e", "0", "FINISHED", 0, None, "", scheduler=scheduler)
+    assert PopulationLineage(pop, []).tree().endswith(said)

@@ -155,6 +155,12 @@ def test_the_bar_goes_toward_the_nearest_stop_rule() -> None:
     assert steps.fraction(rows, elapsed_s=0, sampled=100_000) == pytest.approx(0.25)
     assert steps.fraction(rows, elapsed_s=0, sampled=0) == pytest.approx(0.125)
     assert steps.describe() == "iterations 10, 400,000 env steps in all"
+    # The bar names the rule it measures: the budget, not a return it has not reached.
+    timed = StopGoal({RETURN_METRIC: 475}, wall_time_s=60, population=4, all_at_return=True)
+    scored = [TrialRecord("b", "RUNNING", rule_values={RETURN_METRIC: 401.0})]
+    assert timed.nearest(scored, elapsed_s=60) == (1.0, "of the 1:00 budget")
+    assert timed.nearest(scored, elapsed_s=6) == (pytest.approx(401 / 475), "toward return 475")
+    assert steps.nearest(rows, 0, sampled=100_000) == (0.25, "of 400,000 env steps")
 
 
 def test_not_a_terminal_plain_lines_and_the_table_once_at_the_end() -> None:
@@ -241,7 +247,7 @@ def test_the_summary_says_how_long_and_why_it_stopped(tmp_path: Path) -> None:
     }
     summary = RunSummary("x", tmp_path, trials, errors=1, wall_time_s=87.4)
     summary.stop_reason = why["error"]
-    assert summary.lines()[1] == f"Stopped after 1:27 (wall time): {why['error']}"
+    assert summary.lines()[1] == f"Ran 1:27 (wall clock); stopped: {why['error']}"
 
 
 def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
@@ -376,7 +382,7 @@ def test_on_a_terminal_one_table_redrawn_in_place_with_exploits_above_it(
     seen = screen(output, 100)
     assert seen[0] == "PPO_00001 <- PPO_00000 @ it 1: lr 0.001 -> 0.0024"
     assert seen[1] == "pop (PPO, PBT): 0:00 elapsed, 5:00 left"
-    assert seen[2].endswith(" 100% toward iterations 2, 5:00 budget")
+    assert seen[2].endswith(" 100% toward iterations 2")
     assert seen[3].split()[:2] == ["trial", "status"]
     assert [line.split()[:3] for line in seen[4:]] == [
         ["PPO_00000", "TERMINATED", "2"],

@@ -329,6 +329,7 @@ def render_tree(
     records: Iterable[LineageRecord],
     best: str | None = None,
     best_iteration: int | None = None,
+    no_exploits: str = "no exploits yet",
 ) -> str:
     """The population as a tree of who cloned whom, for the terminal.
 
@@ -397,7 +398,7 @@ def render_tree(
             stack.append((node.children[index], below, "└─ " if index == last else "├─ "))
 
     if not ordered:
-        lines.append("  (no exploits yet)")
+        lines.append(f"  ({no_exploits})")
     if best_node is not None and best_iteration is not None:
         lines.append(
             f"  * = the population's result, {population[best_node.trial][0]}'s policy of "

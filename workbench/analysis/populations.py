@@ -197,6 +197,7 @@ class Population:
     # evaluated policy the population hands over. None: none chosen (still running,
     # interrupted, evaluation.at_end: none, or a population from before results).
     result: PopulationResult | None = None
+    scheduler: str = ""  # its experiment's scheduler.type ("" in a store from before)
 
     def best(self) -> TrialRun | None:
         """The member holding the population's result; without one, the member with the
@@ -260,6 +261,7 @@ def _population(client: Any, run: Any, experiment_names: dict[str, str]) -> Popu
     info, tags = run.info, run.data.tags
     return Population(
         result=result_of(tags, run.data.metrics),
+        scheduler=str(run.data.params.get("scheduler.type", "")),
         run_id=info.run_id,
         name=tags.get(RUN_NAME_TAG, info.run_name),
         experiment=experiment_names.get(info.experiment_id, info.experiment_id),
@@ -507,6 +509,10 @@ def trial_detail(client: Any, ref: str, population_ref: str | None, uri: str) ->
     return TrialDetail(trial, population, step_schedule(client, trial), segments, stitched)
 
 
+# The schedulers that clone one member's weights into another (the lineage's exploits).
+CLONING_SCHEDULERS = ("pbt", "pb2")
+
+
 @dataclass
 class PopulationLineage:
     """Who cloned whom in a population (`workbench lineage`)."""
@@ -532,7 +538,20 @@ class PopulationLineage:
 
     def tree(self) -> str:
         """The tree as text, the ancestry of the population's result marked."""
-        return render_tree(self.trials, self.records, self.best_trial_id, self.best_iteration)
+        scheduler = self.population.scheduler
+        # A scheduler that never clones a member has no exploits to wait for.
+        never = bool(scheduler) and scheduler not in CLONING_SCHEDULERS
+        return render_tree(
+            self.trials,
+            self.records,
+            self.best_trial_id,
+            self.best_iteration,
+            no_exploits=(
+                f"no exploits: {scheduler} does not clone members, PBT and PB2 do"
+                if never
+                else "no exploits yet"
+            ),
+        )
 
     def to_json(self) -> list[dict[str, Any]]:
         return [r.to_dict() for r in self.records]

@@ -113,18 +113,40 @@ class StopGoal:
     def fraction(self, records: list[TrialRecord], elapsed_s: float, sampled: int = 0) -> float:
         """0..1: the rule nearest to ending the run (a budget or the trials'); ``sampled``:
         the env steps the trials have sampled together."""
-        done = 0.0
+        return self.nearest(records, elapsed_s, sampled)[0]
+
+    def nearest(
+        self, records: list[TrialRecord], elapsed_s: float, sampled: int = 0
+    ) -> tuple[float, str]:
+        """The fraction of the rule nearest to ending the run, and that rule in words
+        ("of the 1:00 budget", "toward return 475"): the bar names what it measures."""
+        rules = ", ".join(f"{_RULE_NAMES.get(k, k)} {number(v)}" for k, v in self.rules.items())
+        options: list[tuple[float, str]] = []
         if self.wall_time_s:
-            done = elapsed_s / self.wall_time_s
+            options.append(
+                (elapsed_s / self.wall_time_s, f"of the {clock(self.wall_time_s)} budget")
+            )
         if self.env_step_budget:
-            done = max(done, sampled / self.env_step_budget)
+            options.append(
+                (sampled / self.env_step_budget, f"of {self.env_step_budget:,} env steps")
+            )
         per_trial = [self._trial_fraction(r) for r in records]
         if per_trial:
             # Trials not yet created count as not started.
-            done = max(done, sum(per_trial) / max(self.population, len(per_trial)))
-        if self.all_at_return:
-            done = max(done, *(self._return_fraction(r) for r in records), 0.0)
-        return min(1.0, max(0.0, done))
+            share = sum(per_trial) / max(self.population, len(per_trial))
+            options.append((share, f"toward {rules}" if rules else "of the trials done"))
+        if self.all_at_return and records:
+            best = max(self._return_fraction(r) for r in records)
+            returns = [
+                f"{_RULE_NAMES.get(k, k)} {number(v)}"
+                for k, v in self.rules.items()
+                if k in RETURN_KEYS
+            ]
+            options.append((best, f"toward {', '.join(returns) or rules}"))
+        if not options:
+            return 0.0, "toward no stop rule"
+        done, label = max(options, key=lambda option: option[0])
+        return min(1.0, max(0.0, done)), label
 
     def _trial_fraction(self, record: TrialRecord) -> float:
         if record.status in _DONE:
@@ -315,12 +337,12 @@ class ProgressTable(Callback):  # type: ignore[misc]
         """Elapsed, the budget left, the bar toward the stop rule and the best trial."""
         elapsed = time.monotonic() - self.started
         rows = self.rows()
-        done = self.goal.fraction(rows, elapsed, self.sampled)
+        done, label = self.goal.nearest(rows, elapsed, self.sampled)
         parts = [f"{clock(elapsed)} elapsed"]
         if self.goal.wall_time_s is not None:
             parts.append(f"{clock(max(0.0, self.goal.wall_time_s - elapsed))} left")
         bar = "#" * round(done * 20)
-        parts.append(f"[{bar:<20}] {done:4.0%} toward {self.goal.describe()}")
+        parts.append(f"[{bar:<20}] {done:4.0%} {label}")
         scored = [r for r in rows if not math.isnan(r.best_return)]
         if scored:
             best = max(scored, key=lambda r: r.best_return)
@@ -490,7 +512,7 @@ class _LiveView(_View):
         width = self.console.width
         elapsed = time.monotonic() - table.started
         rows = table.rows()
-        done = table.goal.fraction(rows, elapsed, table.sampled)
+        done, label = table.goal.nearest(rows, elapsed, table.sampled)
         left = table.goal.wall_time_s
         clocks = f"{clock(elapsed)} elapsed" + (
             f", {clock(max(0.0, left - elapsed))} left" if left is not None else ""
@@ -501,7 +523,7 @@ class _LiveView(_View):
         bar.add_column(no_wrap=True, overflow="ellipsis")
         bar.add_row(
             ProgressBar(total=1.0, completed=done, width=24),
-            Text(f"{done:4.0%} toward {table.goal.describe()}"),
+            Text(f"{done:4.0%} {label}"),
         )
         headers, cells = table.cells(rows)
         natural = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]

@@ -65,8 +65,8 @@ class RunSummary:
     def lines(self) -> list[str]:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
         if self.wall_time_s is not None:
-            why = f": {self.stop_reason}" if self.stop_reason else ""
-            out.append(f"Stopped after {clock(self.wall_time_s)} (wall time){why}")
+            why = f"; stopped: {self.stop_reason}" if self.stop_reason else ""
+            out.append(f"Ran {clock(self.wall_time_s)} (wall clock){why}")
         if self.best is not None:
             role = "Member holding the result" if self.result is not None else "Best trial"
             out.append(
