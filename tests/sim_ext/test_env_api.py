@@ -253,6 +253,10 @@ def test_bad_env_config_names_the_key_and_what_is_valid(name: str) -> None:
     unknown = r"unknown env_config key 'colour' \(= 'red' \(str\)\); valid keys:.*max_episode_steps"
     with pytest.raises(ValueError, match=unknown):
         vector_env_class(name)(num_envs=2, colour="red")
+    # Every unknown key at once, not the first of them.
+    both = r"unknown env_config keys 'colour' \(= 'red' \(str\)\), 'size_' \(= 3\); valid keys:"
+    with pytest.raises(ValueError, match=both):
+        vector_env_class(name)(num_envs=2, colour="red", size_=3)
     with pytest.raises(ValueError, match=r"'max_episode_steps': got -1, expected an integer"):
         vector_env_class(name)(num_envs=2, max_episode_steps=-1)
     with pytest.raises(ValueError, match=r"'max_episode_steps': got 'long' \(str\)"):

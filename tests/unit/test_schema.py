@@ -247,6 +247,11 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         "search_space.params.lrr",
         ("PPO has no hyperparameter 'lrr'", "did you mean 'lr'?"),
     ),
+    "a tracking URI MLflow cannot open": (
+        {"tracking": {"uri": "ftp://nowhere"}},
+        "tracking.uri",
+        ("'ftp'", "valid schemes:", "'sqlite'", "'http'"),
+    ),
     "another library's name for a hyperparameter": (
         {"search_space": {"params": {"learning_rate": LR_BLOCK}}},
         "search_space.params.learning_rate",

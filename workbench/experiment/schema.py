@@ -555,6 +555,22 @@ def _legacy_resources_schema(schema: dict[str, Any]) -> None:
     }
 
 
+# The tracking URI schemes MLflow opens a store for (a database URI may name its driver:
+# postgresql+psycopg://...).
+MLFLOW_SCHEMES = (
+    "file",
+    "sqlite",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "http",
+    "https",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)
+
+
 class TrackingSection(_Strict):
     """Where and what the workbench logs to MLflow (see docs/tracking.md)."""
 
@@ -576,6 +592,19 @@ class TrackingSection(_Strict):
         description="At the end of a run, how long to wait for an unreachable store before "
         "spooling the unwritten results to the results folder (written at the next resume).",
     )
+
+    @field_validator("uri")
+    @classmethod
+    def _a_store_mlflow_opens(cls, value: str | None) -> str | None:
+        if value is None or ("://" not in value and not value.startswith("file:")):
+            return value  # unset, or a path: MLflow's file store
+        scheme = value.split(":", 1)[0].split("+", 1)[0].lower()
+        if scheme not in MLFLOW_SCHEMES:
+            raise ValueError(
+                f"MLflow has no tracking store for {scheme!r} URIs; valid schemes: "
+                f"{one_of(MLFLOW_SCHEMES)} (e.g. sqlite:///abs/path/mlflow.db, http://host:5000)"
+            )
+        return value
 
 
 class EvaluationSection(_Strict):

@@ -71,16 +71,21 @@ class Params {
   // Whether the key was given (None values never reach Params: they mean "default").
   bool has(const std::string& key) const { return values_.count(key) != 0; }
 
-  // Call after reading every option: an unknown key is an error naming the valid ones.
+  // Call after reading every option: unknown keys are one error naming all of them and
+  // the valid ones (a file with two typos hears of both at once).
   void finish(const std::string& env_name) const {
+    std::ostringstream unknown;
+    int count = 0;
     for (const auto& kv : values_) {
       if (known_.count(kv.first)) continue;
-      std::ostringstream os;
-      os << env_name << ": unknown env_config key " << quote(kv.first) << " (= " << describe(kv.second)
-         << "); valid keys:";
-      for (const auto& k : known_) os << " '" << k << "'";
-      throw std::invalid_argument(os.str());
+      unknown << (count++ ? ", " : "") << quote(kv.first) << " (= " << describe(kv.second) << ")";
     }
+    if (count == 0) return;
+    std::ostringstream os;
+    os << env_name << ": unknown env_config key" << (count > 1 ? "s " : " ") << unknown.str()
+       << "; valid keys:";
+    for (const auto& k : known_) os << " '" << k << "'";
+    throw std::invalid_argument(os.str());
   }
 
  private:
