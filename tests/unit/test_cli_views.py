@@ -316,3 +316,24 @@ def test_the_lineage_tree_wraps_under_its_branches(
     assert main(["lineage", "--store", store.uri, "--wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
     assert len(wide) == len(lines) - 2 and max(len(line) for line in wide) > 80
+
+
+def test_a_dry_run_of_an_optuna_study_shows_what_it_can_draw_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # TPE suggests a trial only as the limit lets one start: the dry run shows those, says
+    # the rest come from results, and Optuna's own log line stays off the console.
+    data = tiny_ppo(
+        tmp_path,
+        population=4,
+        max_concurrent=2,
+        search={"type": "optuna"},
+        search_space={"params": {"lr": {"loguniform": [1.0e-4, 1.0e-2]}}},
+    )
+    path = write_experiment(tmp_path, data)
+    assert main(["run", str(path), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "Would start 4 trials of PPO on sim_ext/CartPole-v1, 2 at a time" in captured.out
+    assert "grid points" not in captured.out
+    assert "(the first 2; optuna suggests the other 2 from the results" in captured.out
+    assert "study created" not in captured.err

@@ -143,18 +143,25 @@ def _dry_run_lines(resolved: Any, *, yaml_too: bool, wide: bool) -> list[str]:
         out += [yaml.safe_dump(describe(resolved), sort_keys=False).rstrip(), ""]
     trials = planned_trials(resolved)
     grid = grid_points(resolved.search_space)
+    total = exp.population * grid
     out += [
         f"Population {exp.name} (MLflow experiment {exp.tracking.experiment}): nothing "
         "started (--dry-run)",
         f"  results in {resolved.results_dir}",
         f"  {resolved.defaults.summary()}",
-        f"Would start {len(trials)} trials of {exp.algorithm} on {exp.env.id} "
-        f"({exp.population} samples x {grid} grid points), "
+        f"Would start {counted(total, 'trial')} of {exp.algorithm} on {exp.env.id}"
+        f"{f' ({exp.population} samples x {grid} grid points)' if grid > 1 else ''}, "
         f"{exp.max_concurrent or 'as many as fit'} at a time, under {exp.scheduler.type}:",
     ]
     names = list(resolved.search_space)
     rows = [[name, *(shown(values.get(n)) for n in names)] for name, values in trials]
     out.append(table(["trial", *names], rows, width=None if wide else terminal_width()))
+    if len(trials) < total:
+        # A model-based searcher (Optuna's TPE) suggests the rest from finished trials.
+        out.append(
+            f"(the first {len(trials)}; {exp.search.type} suggests the other "
+            f"{total - len(trials)} from the results of finished trials)"
+        )
     if not yaml_too:
         out.append("(--yaml also prints the resolved experiment)")
     return out

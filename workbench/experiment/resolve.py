@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import yaml
 from pydantic import ValidationError
 
 import sim_ext
@@ -712,18 +711,3 @@ def describe(resolved: ResolvedExperiment) -> dict[str, Any]:
     data["defaults"] = resolved.defaults.name
     data["model"] = dict(resolved.defaults.model)
     return data
-
-
-def dry_run_lines(resolved: ResolvedExperiment) -> list[str]:
-    """`workbench run --dry-run`: the experiment as resolved, the defaults it picked and
-    the trials it would start."""
-    exp = resolved.experiment
-    grid = grid_points(resolved.search_space)
-    return [
-        yaml.safe_dump(describe(resolved), sort_keys=False).rstrip(),
-        f"# {resolved.defaults.summary()}",
-        f"\nWould start {exp.population * grid} trials of {exp.algorithm} on {exp.env.id} "
-        f"({exp.population} samples x {grid} grid points), "
-        f"{exp.max_concurrent or 'as many as fit'} at a time, "
-        f"results in {resolved.results_dir}",
-    ]

@@ -20,6 +20,11 @@ def planned_trials(
     the same param_space. Starts no Ray and writes nothing."""
     config = build_config(resolved, configure)
     space = param_space(resolved, config)
+    if resolved.experiment.search.type == "optuna":
+        import optuna
+
+        # Its study lives in memory for the draw: Optuna's "A new study created" is noise.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     algorithm = search_algorithm(resolved)
     if isinstance(algorithm, Searcher):  # as Tune wraps a searcher
         algorithm = SearchGenerator(algorithm)
