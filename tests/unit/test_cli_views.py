@@ -4,6 +4,8 @@ recommendation said once, and `run --dry-run`'s trials with their sampled values
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -99,6 +101,29 @@ def test_the_population_list_fits_and_wide_adds_the_run_ids(
     assert run_id not in out
     assert main(["runs", "--store", store.uri, "--wide"]) == 0
     assert run_id in capsys.readouterr().out
+
+
+def test_the_leaderboard_and_the_population_list_as_csv(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    board = list(
+        csv.DictReader(
+            io.StringIO(_json(capsys, ["runs", "cartpole_pbt", "--store", store.uri, "--csv"]))
+        )
+    )
+    as_json = json.loads(_json(capsys, ["runs", "cartpole_pbt", "--store", store.uri, "--json"]))
+    # The same trials in the same order as the leaderboard, every --json column, and
+    # each hyperparameter as hp/<name>, as MLflow names them.
+    assert [row["name"] for row in board] == [t["name"] for t in as_json["trials"]]
+    assert [row["rank"] for row in board] == ["1", "2", "3"]
+    assert float(board[0]["best_return"]) == as_json["trials"][0]["best_return"]
+    assert {f"hp/{k}" for k in HPS} <= set(board[0])
+    assert int(board[0]["hp/minibatch_size"]) == 512
+    listed = csv.DictReader(io.StringIO(_json(capsys, ["runs", "--store", store.uri, "--csv"])))
+    (row,) = listed
+    assert row["name"].startswith("cartpole_pbt") and row["trials"] == "3"
+    populations = json.loads(_json(capsys, ["runs", "--store", store.uri, "--json"]))
+    assert row["run_id"] == populations[0]["run_id"]
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -8,6 +8,8 @@ population a `workbench diagnose` TARGET means) are built here, not in the CLI."
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import tempfile
 from dataclasses import dataclass, field
@@ -355,6 +357,70 @@ def leaderboard(population: Population) -> list[TrialRun]:
         population.trials,
         key=lambda t: (math.isnan(t.best_return), -(t.best_return if t else 0), t.name),
     )
+
+
+def leaderboard_csv(population: Population) -> str:
+    """The leaderboard as CSV (`workbench runs POP --csv`): one row per trial, ranked as
+    `runs` ranks them, the columns of `--json` with each hyperparameter as `hp/<name>`."""
+    board = leaderboard(population)
+    hps = sorted({k for t in board for k in t.hyperparameters()})
+    columns = (
+        [
+            "rank",
+            *(k for k in board[0].to_json() if k != "hyperparameters"),
+            *(f"hp/{k}" for k in hps),
+        ]
+        if board
+        else ["rank"]
+    )
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    for rank, trial in enumerate(board, 1):
+        row = trial.to_json()
+        values = row.pop("hyperparameters")
+        writer.writerow({"rank": rank, **row, **{f"hp/{k}": values.get(k) for k in hps}})
+    return out.getvalue()
+
+
+def populations_csv(found: list[Population]) -> str:
+    """The populations as CSV (`workbench runs --csv`): one row each, with its result."""
+    columns = [
+        "name",
+        "experiment",
+        "status",
+        "trials",
+        "result",
+        "result_std",
+        "result_episodes",
+        "result_trial",
+        "start_ms",
+        "end_ms",
+        "run_id",
+        "results_dir",
+    ]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    for pop in found:
+        result = pop.result
+        writer.writerow(
+            {
+                "name": pop.name,
+                "experiment": pop.experiment,
+                "status": pop.status,
+                "trials": len(pop.trials),
+                "result": result.return_mean if result else None,
+                "result_std": result.return_std if result else None,
+                "result_episodes": result.episodes if result else None,
+                "result_trial": result.trial_name if result else None,
+                "start_ms": pop.start_ms,
+                "end_ms": pop.end_ms,
+                "run_id": pop.run_id,
+                "results_dir": pop.results_dir,
+            }
+        )
+    return out.getvalue()
 
 
 def find_trial(client: Any, ref: str, population_ref: str | None, uri: str) -> TrialRun:

@@ -31,7 +31,13 @@ from workbench.tracking.store import resolve_store
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import find_population, leaderboard, populations
+    from workbench.analysis.populations import (
+        find_population,
+        leaderboard,
+        leaderboard_csv,
+        populations,
+        populations_csv,
+    )
 
     uri, client = store_of(args)
     ref = population_ref(args)
@@ -39,6 +45,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         found = populations(client, with_trials=True)
         if args.json:
             print_json([p.to_json() for p in found])
+            return 0
+        if args.csv:
+            print(populations_csv(found), end="")
             return 0
         if not found:
             print(f"No populations in {uri} yet.")
@@ -75,6 +84,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     pop = find_population(client, ref, uri)
     if args.json:
         print_json(pop.to_json())
+        return 0
+    if args.csv:
+        print(leaderboard_csv(pop), end="")
         return 0
     board = leaderboard(pop)
     hps = sorted({k for t in board for k in t.hyperparameters()})
@@ -273,11 +285,17 @@ def add_population_commands(commands: Commands) -> None:
             "workbench runs",
             "workbench runs cartpole_pbt_20260130-141502",
             "workbench runs --population cartpole_pbt --json",
+            "workbench runs cartpole_pbt --csv > leaderboard.csv",
         ],
         handler=_cmd_runs,
         shared=["population", "store", "json", "wide"],
     )
     runs.add_argument("experiment", **POPULATION_ARG)
+    runs.add_argument(
+        "--csv",
+        action="store_true",
+        help="print the leaderboard (or the populations) as CSV, hyperparameters as hp/<name>",
+    )
 
     show = add(
         "show",
