@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import process_table, wait_gone
-from workbench.analysis.ui import UiServer, experiment_url, run_url, start_ui
+from workbench.analysis.ui import UiServer, experiment_url, free_port, run_url, start_ui
 from workbench.tracking.store import resolve_store
 
 pytestmark = [
@@ -170,7 +170,9 @@ def test_ui_shows_the_population_runs_and_artifacts(tmp_path: Path) -> None:
     server: UiServer | None = None
     try:
         start = time.monotonic()
-        server = start_ui(resolve_store(str(tmp_path / "results")), log_path=tmp_path / "ui.log")
+        server = start_ui(
+            resolve_store(str(tmp_path / "results")), port=free_port(), log_path=tmp_path / "ui.log"
+        )
         timings["server start"] = time.monotonic() - start
         assert server.url.startswith("http://127.0.0.1:")
         experiment_id, parent = store["experiment_id"], store["parent"]

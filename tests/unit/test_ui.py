@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import wait_gone
-from workbench.analysis.ui import experiment_url, run_url, start_ui
+from workbench.analysis.ui import (
+    DEFAULT_PORT,
+    UiServer,
+    default_port,
+    experiment_url,
+    free_port,
+    run_url,
+    start_ui,
+)
 from workbench.errors import ExperimentError
 from workbench.tracking.store import resolve_store
 
@@ -138,6 +148,40 @@ def test_ui_urls() -> None:
 
 def test_start_ui_reports_a_server_that_exits(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"exited with status \d+ \(log .*ui\.log\)"):
-        start_ui("nosuchstore://nowhere/db", log_path=tmp_path / "ui.log", timeout_s=60)
+        start_ui(
+            "nosuchstore://nowhere/db",
+            port=free_port(),
+            log_path=tmp_path / "ui.log",
+            timeout_s=60,
+        )
     assert (tmp_path / "ui.log").read_text()
     assert not wait_gone(set(), "nosuchstore://")
+
+
+def test_the_default_port_is_mlflows_5000_unless_another_program_holds_it() -> None:
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", DEFAULT_PORT))
+        holder.listen()
+    except OSError:  # held already by something else on this machine: never handed out
+        holder.close()
+        assert default_port() != DEFAULT_PORT
+        return
+    try:
+        assert default_port() != DEFAULT_PORT
+    finally:
+        holder.close()
+    assert default_port() == DEFAULT_PORT
+
+
+@pytest.mark.parametrize("temporary", [True, False])
+def test_a_temporary_log_goes_with_the_server_and_a_chosen_one_stays(
+    tmp_path: Path, temporary: bool
+) -> None:
+    log = tmp_path / "ui.log"
+    log.write_text("started\n")
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    server = UiServer("sqlite:///x.db", "http://127.0.0.1:1", process, log, temporary_log=temporary)
+    server.stop()
+    assert process.poll() is not None
+    assert log.exists() is not temporary

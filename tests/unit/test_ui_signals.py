@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.processes import leftovers, process_table, wait_gone
 from tests.support.stores import new_store
+from workbench.analysis.ui import free_port
 from workbench.cli.main import main
 
 
@@ -81,7 +82,11 @@ def _server_groups(results: Path) -> set[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_stop_signal_leaves_no_server_behind(results: Path, sig: signal.Signals) -> None:
     ui = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "ui", "--store", str(results)],
+        # A port of its own: another test's server may hold MLflow's 5000 meanwhile.
+        [
+            *(sys.executable, "-m", "workbench.cli", "ui"),
+            *("--store", str(results), "--port", str(free_port())),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

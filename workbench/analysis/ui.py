@@ -1,9 +1,9 @@
 """The MLflow UI over a workbench store, started for one person on loopback.
 
 `workbench ui` is what a user runs after a population finished (or while it runs):
-it finds the store a results folder uses, starts ``mlflow server`` on a free local
-port and prints the address. The launcher is careful about three things MLflow's
-own command leaves to the user:
+it finds the store a results folder uses, starts ``mlflow server`` on MLflow's port 5000
+(another free local port when 5000 is taken) and prints the address. The launcher is
+careful about three things MLflow's own command leaves to the user:
 
 * which store: a results folder, a population folder inside one, a ``.db`` file or a
   tracking URI all work (`resolve_store`), and a wrong path fails with the paths it
@@ -13,7 +13,8 @@ own command leaves to the user:
   from the UI goes next to the store instead of into the current folder;
 * footprint: one worker, no job-execution runner (MLflow 3 starts a runner and three
   queue consumers for its GenAI judges, which the workbench never uses), no
-  telemetry, the server's log in a file, and the whole process group stopped at the
+  telemetry, the server's log in a file (removed afterwards unless the server failed),
+  and the whole process group stopped at the
   end so that no uvicorn worker outlives the command: after Ctrl-C, SIGTERM (a service
   manager, `kill`) or SIGHUP (the terminal closed) alike. The server runs in a session
   of its own, so those signals reach only the command, which stops the server's group.
@@ -42,6 +43,19 @@ from typing import Any
 from workbench.analysis.populations import populations
 from workbench.errors import ExperimentError
 from workbench.tracking.store import ENV_VAR, check_store, read_client
+
+# MLflow's own default: bookmarks and habits point at it.
+DEFAULT_PORT = 5000
+
+
+def default_port(host: str = "127.0.0.1") -> int:
+    """MLflow's port 5000 when nothing listens there, else one the OS hands out."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, DEFAULT_PORT))
+        except OSError:
+            return free_port(host)
+    return DEFAULT_PORT
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,12 +110,20 @@ class UiServer:
     """A running ``mlflow server``: its address, process and log file."""
 
     def __init__(
-        self, tracking_uri: str, url: str, process: subprocess.Popen[bytes], log_path: Path
+        self,
+        tracking_uri: str,
+        url: str,
+        process: subprocess.Popen[bytes],
+        log_path: Path,
+        *,
+        temporary_log: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.url = url
         self.process = process
         self.log_path = log_path
+        # A log the launcher made in the temp folder goes when the server stops well.
+        self.temporary_log = temporary_log
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -123,6 +145,8 @@ class UiServer:
         """
         with _signals(signal.SIG_IGN, ("SIGINT", *_STOP_SIGNALS)):
             self._stop(timeout_s)
+        if self.temporary_log:
+            self.log_path.unlink(missing_ok=True)
 
     def _stop(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -224,8 +248,9 @@ def start_ui(
 ) -> UiServer:
     """Starts ``mlflow server`` for `tracking_uri` and returns once ``/health`` answers.
 
-    `port` None picks a free one. The server's output goes to `log_path` (default: a
-    new file in the temp folder), never to the terminal: MLflow logs every request. It
+    `port` None takes MLflow's 5000 when it is free, else a free one. The server's
+    output goes to `log_path` (default: a file in the temp folder, removed when the
+    server stops, kept when it failed), never to the terminal: MLflow logs every request. It
     raises RuntimeError with the log's tail if the server exits or does not answer
     within `timeout_s` (it takes 5-15 s to import on a small machine).
     """
@@ -240,7 +265,8 @@ def start_ui(
         check_port(host, port)
     check_store(tracking_uri)
     if port is None:
-        port = free_port(host)
+        port = default_port(host)
+    temporary_log = log_path is None
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="workbench-mlflow-ui-", suffix=".log")
         os.close(fd)
@@ -257,7 +283,7 @@ def start_ui(
             env=_server_env(),
             start_new_session=os.name == "posix",
         )
-    server = UiServer(tracking_uri, url, process, log_path)
+    server = UiServer(tracking_uri, url, process, log_path, temporary_log=temporary_log)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -280,6 +306,7 @@ def start_ui(
                 )
             time.sleep(0.25)
     except BaseException:
+        server.temporary_log = False  # the error names it
         server.stop()
         raise
 
