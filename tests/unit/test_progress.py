@@ -431,3 +431,35 @@ def test_a_narrow_terminal_drops_hyperparameter_columns_and_cuts_exploit_lines(
     ]
     assert header.split()[7:] == ["lr", "gamma", "lambda_", "clip_param"]
     assert seen[-1] == "not shown (too narrow): entropy_coeff, vf_loss_coeff"
+
+
+def test_what_the_raylet_tells_the_driver_goes_to_the_log_not_across_the_view(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ray._private import worker
+
+    from workbench.tune_ext.ray_private import raylet_messages_logged
+
+    message = "WARNING: 8 PYTHON worker processes have been started on node ..."
+    printed = worker.print_to_stdstream
+
+    def publish(text: str) -> None:  # as listen_error_messages hands it on
+        worker.print_to_stdstream(
+            {"lines": [text], "pid": "raylet", "is_err": False}, ignore_prefix=False
+        )
+
+    publish(message + " (1)")  # Ray's own: straight to stdout
+    assert "PYTHON worker processes" in capsys.readouterr().out
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    ray_logger = logging.getLogger("ray")
+    ray_logger.addHandler(handler)
+    try:
+        with raylet_messages_logged():
+            publish(message + " (2)")
+    finally:
+        ray_logger.removeHandler(handler)
+    assert "PYTHON worker processes" not in capsys.readouterr().out
+    assert seen == [f"(raylet) {message} (2)"]
+    assert worker.print_to_stdstream is printed

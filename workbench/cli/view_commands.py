@@ -403,4 +403,6 @@ def add_store_commands(commands: Commands) -> None:
         description="It runs until Ctrl-C; the store is only read.",
         shared=["store"],
     )
-    ui.add_argument("--port", type=int, help="port (default: MLflow's 5000 if free, else a free one)")
+    ui.add_argument(
+        "--port", type=int, help="port (default: MLflow's 5000 if free, else a free one)"
+    )

@@ -70,7 +70,7 @@ from workbench.trial.score import score_settings
 from workbench.trial.trainable import seeded_trainable
 from workbench.tune_ext.checkpoints import CheckpointGuard
 from workbench.tune_ext.optuna_study import close_study, record_result
-from workbench.tune_ext.ray_private import restored_tuner_uses
+from workbench.tune_ext.ray_private import raylet_messages_logged, restored_tuner_uses
 from workbench.tune_ext.result_files import result_loggers
 from workbench.tune_ext.scheduler_state import SchedulerState
 from workbench.tune_ext.state_sync import sync_without_temp_files
@@ -518,7 +518,11 @@ def run(
 
     _tune_environment()
     check_dashboard(address, dashboard)  # before the lock: a refused run leaves nothing
-    with FolderLock(resolved.results_dir, "run"), LibraryLogs(verbose) as logs:
+    with (
+        FolderLock(resolved.results_dir, "run"),
+        LibraryLogs(verbose) as logs,
+        raylet_messages_logged(),
+    ):
         # Under the lock: a run of the same name that started at the same moment and
         # wrote first is seen now (resolve's look was before either wrote).
         problems: list[Problem] = []
@@ -563,7 +567,11 @@ def resume(
 
     _tune_environment()
     # The only writer of the folder: a driver of it that still runs refuses this resume.
-    with FolderLock(resolved.results_dir, "resume"), LibraryLogs(verbose) as logs:
+    with (
+        FolderLock(resolved.results_dir, "resume"),
+        LibraryLogs(verbose) as logs,
+        raylet_messages_logged(),
+    ):
         logs.open_file(resolved.results_dir, "resume")
         note = missing_store_note(resolved)
         if note:

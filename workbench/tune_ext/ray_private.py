@@ -6,6 +6,9 @@ test that checks them against the installed Ray.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -64,3 +67,29 @@ def restored_tuner_uses(tuner: Any, tune_config: Any, run_config: Any) -> None:
     run_config.storage_path = internal._run_config.storage_path
     internal._tune_config = tune_config
     internal._run_config = run_config
+
+
+@contextlib.contextmanager
+def raylet_messages_logged(logger_name: str = "ray") -> Iterator[None]:
+    """While it lasts, what the raylet publishes to the driver (Ray 2.60's
+    ``listen_error_messages``: "WARNING: 8 PYTHON worker processes have been started ...")
+    goes to the ``logger_name`` logger, which the run writes to its workbench.log, instead
+    of straight to stdout through ``print_to_stdstream`` across the live view. Other
+    output (workers' logs, which a local run does not forward) goes as before."""
+    from ray._private import worker
+
+    printed = worker.print_to_stdstream
+    log = logging.getLogger(logger_name)
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            printed(data, ignore_prefix)
+            return
+        for line in data.get("lines", []):
+            log.warning("(raylet) %s", str(line).rstrip())
+
+    worker.print_to_stdstream = to_log
+    try:
+        yield
+    finally:
+        worker.print_to_stdstream = printed

@@ -47,6 +47,7 @@ SURFACE: tuple[Private, ...] = (
         ("warn_if_disabled",),
     ),
     Private("ray._private.worker", "_global_node"),
+    Private("ray._private.worker", "print_to_stdstream", ("data", "ignore_prefix")),
     Private("ray", "_private"),
     Private("ray.train._internal.session", "_TrainingResult", ("checkpoint", "metrics")),
     Private("ray.train._internal.storage", "_delete_fs_path", ("fs", "fs_path")),
