@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import annotated_types
@@ -24,12 +25,25 @@ from pydantic_core import PydanticUndefined
 from workbench.experiment.schema import Experiment
 
 MARKER = "<!-- experiment-reference -->"
+END = "<!-- /experiment-reference -->"
+PAGE = Path(__file__).resolve().parents[1] / "experiment-file.md"
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """The built page gets the reference fresh from the schema, without the markers."""
     if MARKER not in markdown:
         return markdown
-    return markdown.replace(MARKER, reference(Experiment))
+    before, _, rest = markdown.partition(MARKER)
+    _, _, after = rest.partition(END) if END in rest else ("", "", rest)
+    return before + reference(Experiment) + after
+
+
+def with_reference(markdown: str) -> str:
+    """The page's source with the reference written between its markers, so that a reader
+    of the repository (a code host shows the .md, not the site) sees it too."""
+    before, _, rest = markdown.partition(MARKER)
+    _, _, after = rest.partition(END) if END in rest else ("", "", rest)
+    return f"{before}{MARKER}\n\n{reference(Experiment).strip()}\n\n{END}{after}"
 
 
 # --- walking the models ------------------------------------------------------------------------
@@ -236,3 +250,8 @@ def _value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     return json.dumps(value)
+
+
+if __name__ == "__main__":
+    # `.venv/bin/python docs/hooks/schema_reference.py`: after a change to the schema.
+    PAGE.write_text(with_reference(PAGE.read_text()))

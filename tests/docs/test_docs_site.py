@@ -70,6 +70,17 @@ def test_the_site_builds_in_strict_mode_with_every_page(site: Path) -> None:
         assert (site / folder / "index.html").is_file(), f"{page} was not built"
 
 
+def test_the_experiment_file_page_holds_the_current_reference() -> None:
+    # A reader of the repository sees the .md file, not the built site.
+    hook = _hook()
+    page = hook.PAGE.read_text()
+    assert page == hook.with_reference(page), (
+        "docs/experiment-file.md lags the schema: run .venv/bin/python "
+        "docs/hooks/schema_reference.py"
+    )
+    assert page.count(hook.MARKER) == 1 and page.count(hook.END) == 1
+
+
 def test_the_experiment_file_reference_lists_every_field_of_the_schema(site: Path) -> None:
     hook = _hook()
     html = (site / "experiment-file" / "index.html").read_text()
