@@ -143,7 +143,9 @@ def test_algorithm_is_case_insensitive(tmp_path: Path, spelling: str) -> None:
 
 
 def test_asha_needs_no_stop_rule_because_max_t_ends_the_trials(tmp_path: Path) -> None:
-    data = tiny_ppo(tmp_path, stop=None, scheduler={"type": "asha", "max_t": 20})
+    data = tiny_ppo(
+        tmp_path, stop=None, scheduler={"type": "asha", "max_t": 20}, search_space=PBT_SPACE
+    )
     assert load_and_resolve(write_experiment(tmp_path, data), check_results=False).experiment.stop
 
 
@@ -246,6 +248,16 @@ BAD_CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         {"search_space": {"params": {"lrr": LR_BLOCK}}},
         "search_space.params.lrr",
         ("PPO has no hyperparameter 'lrr'", "did you mean 'lr'?"),
+    ),
+    "ASHA with nothing searched": (
+        {"scheduler": {"type": "asha", "max_t": 4}, "search_space": None},
+        "search_space",
+        ("ASHA needs at least one searched hyperparameter", "only the seeds differ"),
+    ),
+    "Optuna with nothing searched": (
+        {"search": {"type": "optuna"}, "search_space": None},
+        "search_space",
+        ("Optuna's search needs at least one searched hyperparameter", "fifo"),
     ),
     "a tracking URI MLflow cannot open": (
         {"tracking": {"uri": "ftp://nowhere"}},

@@ -437,6 +437,23 @@ def _check_search(
 ) -> None:
     scheduler = experiment.scheduler
     grids = [n for n, s in space.items() if s.kind == "grid"]
+    # ASHA and Optuna compare or model the members' values: with none searched, every
+    # member trains the same values and only the seeds differ (a seed study is FIFO's).
+    for what, uses in (
+        ("ASHA", scheduler.type == "asha"),
+        ("Optuna's search", experiment.search.type == "optuna"),
+    ):
+        if uses and not space:
+            problems.append(
+                Problem(
+                    where,
+                    "search_space",
+                    f"{what} needs at least one searched hyperparameter; none given, so every "
+                    "member would train the same values (only the seeds differ); valid: "
+                    "search_space.params or search_space.file, or scheduler.type fifo for a "
+                    "study of seeds",
+                )
+            )
     if scheduler.type in ("pbt", "pb2"):
         if not space:
             problems.append(
