@@ -61,6 +61,9 @@ EVAL_EPISODES_METRIC = EVAL_METRIC_PREFIX + "episodes"
 # (a 20-episode look must not replace the 100-episode confirmation `runs` reports).
 USER_EVAL_METRIC_PREFIX = "user_eval/"
 USER_EVAL_TAG_PREFIX = "workbench.user_eval."
+# A trial's MLflow params under it: the values its final policy trained with, logged when
+# it finishes (its params without it are the values it started with).
+FINAL_PARAM_PREFIX = "final/"
 # The population's result (workbench.run.population_result) on the population's run.
 RESULT_RETURN_METRIC = "result/return_mean"
 RESULT_STD_METRIC = "result/return_std"

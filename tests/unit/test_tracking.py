@@ -173,8 +173,12 @@ def test_one_parent_one_child_per_trial_hp_schedule_as_metrics_one_call_per_resu
         ]
         assert steps == [1, 2, 3, 4, 5]
     child0 = runs["PPO_00000"]
-    # Initial values are params (immutable); the schedule is a metric.
+    # Initial values are params (immutable); the schedule is a metric; the values the
+    # final policy trained with are final/* params once the trial is done.
     assert child0.data.params["lr"] == "0.001"
+    assert child0.data.params["final/lr"] == "0.005"
+    assert runs["PPO_00001"].data.params["final/lr"] == "0.002"
+    assert child0.data.params["final/batch"] == "256"
     assert child0.data.params["batch"] == "256"
     assert child0.data.tags["hp/act"] == "relu"  # categorical: a tag, not a metric
     assert _history(tracker.target.uri, child0.info.run_id, "hp/lr") == [

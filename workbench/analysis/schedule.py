@@ -41,7 +41,7 @@ from workbench.experiment.resolve import load_and_resolve, saved_defaults
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import ParamSpec, parse_search_space
 from workbench.experiment.yaml_input import read_yaml
-from workbench.names import RESOLVED_FILE
+from workbench.names import FINAL_PARAM_PREFIX, RESOLVED_FILE
 from workbench.tracking.location import artifact_names, download_artifact
 
 
@@ -296,7 +296,12 @@ def _initial_params(client: Any, population: Any, segments: list[Segment]) -> di
         return {}
     for trial in population.trials:
         if trial.trial_id == segments[0].trial_id:
-            return {k: v for k, v in trial.params.items() if k != "trial_id"}
+            # Not its trial id, nor the final/* values it ended with.
+            return {
+                k: v
+                for k, v in trial.params.items()
+                if k != "trial_id" and not k.startswith(FINAL_PARAM_PREFIX)
+            }
     return {}
 
 

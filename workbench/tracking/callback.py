@@ -6,9 +6,10 @@ second run per trial after a restore. This module does it differently:
 
 * one parent run per population, one nested child run per trial, found again by a
   tag (``workbench.key``) so a restored population continues the same runs;
-* params are the *initial* hyperparameters (immutable in MLflow); the current value
-  of every searched hyperparameter is a step metric ``hp/<name>`` so that a PBT
-  schedule is a curve;
+* params are the *initial* hyperparameters (immutable in MLflow), and ``final/<name>``
+  the values a finished trial's final policy trained with; the current value of every
+  searched hyperparameter is a step metric ``hp/<name>`` so that a PBT schedule is a
+  curve;
 * each result becomes one ``log_batch`` call, written by a background thread that
   merges whatever queued up, so Tune's loop never waits on the store;
 * the step of a run only grows: it is the run's result count, continued from the
@@ -41,6 +42,7 @@ from workbench.names import (
     CHECKPOINT_FALLBACK_TAG,
     ERROR_TAG,
     FAILURES_TAG,
+    FINAL_PARAM_PREFIX,
     LAST_FAILURE_TAG,
     LINEAGE_FILE,
     PARENT,
@@ -59,6 +61,7 @@ from workbench.tracking.writer import (
     EndRun,
     Lineage,
     OpenRun,
+    Params,
     Result,
     StoreWriter,
     Tags,
@@ -119,6 +122,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._writer: StoreWriter | None = None
         self._runs: dict[str, str] = {}  # restored state: handle -> run id
         self._trial_names: dict[str, str] = {}
+        self._last_values: dict[str, dict[str, Any]] = {}  # handle -> values last trained with
         self._opened: set[str] = set()
         self._ended: set[str] = set()
         self._exploits: dict[str, list[_Pending]] = {}  # target -> records not yet queued
@@ -162,6 +166,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_last_values", {})  # pickled before final/* params
         self._lock = threading.Lock()
 
     def get_state(self) -> dict[str, Any]:
@@ -316,7 +321,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         # The values this result was trained with: the trainable's config, not the
         # trial's (PBT may already have changed that for the next iteration).
         used = result.get("config")
-        for name, value in self._searched(used if isinstance(used, dict) else trial.config).items():
+        values = self._searched(used if isinstance(used, dict) else trial.config)
+        self._last_values[handle] = values
+        for name, value in values.items():
             number = hp_metric(value)
             if number is not None:
                 metrics[f"hp/{name}"] = number
@@ -387,6 +394,12 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._queue_exploits(handle)
         if handle in self._opened and handle not in self._ended:
             self._ended.add(handle)
+            if status == "FINISHED":
+                # The values its final policy trained with, as params beside the initial
+                # ones (hp/* metrics hold the schedule): once, when the trial is done.
+                final = self._last_values.get(handle) or self._searched(trial.config)
+                params = {f"{FINAL_PARAM_PREFIX}{name}": _param(v) for name, v in final.items()}
+                self.writer.put(Params(handle, params))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:

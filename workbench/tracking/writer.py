@@ -52,6 +52,14 @@ class Tags:
 
 
 @dataclass
+class Params:
+    """Params added to an open run (MLflow keeps a param's first value for good)."""
+
+    handle: str
+    params: dict[str, str]
+
+
+@dataclass
 class Lineage:
     """An exploit: gets the target run's current step, then goes to lineage.jsonl."""
 
@@ -73,11 +81,11 @@ class Artifact:
     folder: str | None = None
 
 
-Op = OpenRun | Result | Tags | Lineage | EndRun | Artifact
+Op = OpenRun | Result | Tags | Params | Lineage | EndRun | Artifact
 
 
 _OP_TYPES: dict[str, type] = {
-    t.__name__: t for t in (OpenRun, Result, Tags, Lineage, EndRun, Artifact)
+    t.__name__: t for t in (OpenRun, Result, Tags, Params, Lineage, EndRun, Artifact)
 }
 
 
@@ -376,6 +384,9 @@ class StoreWriter:
             logger.warning("MLflow: dropping %s for unknown run %s", type(op).__name__, op.handle)
         elif isinstance(op, (Result, Tags)):
             self._write_merged([op])
+        elif isinstance(op, Params):
+            params = [Param(k, v) for k, v in op.params.items()]
+            client.log_batch(self.runs[op.handle], params=params)
         elif isinstance(op, EndRun):
             client.set_terminated(self.runs[op.handle], status=op.status, end_time=op.end_ms)
         elif isinstance(op, Artifact):
