@@ -95,7 +95,7 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
-def _resolve(dotted: str) -> object | None:
+def resolve(dotted: str) -> object | None:
     """The object a dotted Ray name stands for, or None when it cannot be imported."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
@@ -159,9 +159,7 @@ def _class_findings(
 ) -> Iterator[Finding]:
     """A class reads the private attributes it defines itself (or its bases in the same
     module do); in a class derived from a Ray class, none that Ray's class has."""
-    resolved = [
-        b for b in (_resolve(name) for name in _ray_bases(node, ray_names)) if b is not None
-    ]
+    resolved = [b for b in (resolve(name) for name in _ray_bases(node, ray_names)) if b is not None]
     own: set[str] = set()
     todo, seen = [node], set()
     while todo:

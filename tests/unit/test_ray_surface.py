@@ -7,6 +7,7 @@ rely on, checked here against the installed Ray, torch and Optuna.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "check_ray_internals.py"
 
 
+@functools.cache
 def _checker() -> ModuleType:
     spec = importlib.util.spec_from_file_location("check_ray_internals", TOOL)
     assert spec is not None and spec.loader is not None
@@ -32,19 +34,6 @@ def _checker() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def _resolve(dotted: str) -> Any:
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(dotted)
 
 
 def _has(owner: Any, name: str) -> bool:
@@ -65,7 +54,8 @@ def _has(owner: Any, name: str) -> bool:
 
 @pytest.mark.parametrize("private", SURFACE, ids=lambda p: f"{p.owner}.{p.name}")
 def test_each_private_part_still_exists_with_the_signature_relied_on(private: Private) -> None:
-    owner = _resolve(private.owner)
+    owner: Any = _checker().resolve(private.owner)
+    assert owner is not None, f"{private.owner} cannot be imported any more"
     assert _has(owner, private.name), f"{private.owner} has no {private.name} any more"
     if private.params is not None:
         found = tuple(inspect.signature(getattr(owner, private.name)).parameters)
