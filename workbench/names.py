@@ -31,6 +31,7 @@ ARTIFACTS_DIR = "mlartifacts"  # the default store's artifacts, beside it
 RESOLVED_FILE = "workbench_experiment.yaml"  # the experiment as resolved: resume reads it
 LINEAGE_FILE = "lineage.jsonl"  # one line per PBT exploit
 SPOOL_FILE = "mlflow_pending.jsonl"  # MLflow writes the store did not take; resume writes them
+BUDGET_FILE = "budget_ran_out.json"  # the trials a budget ended: `resume --set` extends it
 SESSION_FILE = "ray_session.json"  # the local Ray the driver started (for cleanup)
 PLOTS_DIR = "plots"  # the population's PNGs
 LOG_FILE = "workbench.log"  # Ray's, Tune's and MLflow's logging in the driver (run.console)

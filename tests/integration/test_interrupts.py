@@ -1,22 +1,39 @@
 """Ctrl-C, as a terminal sends it (SIGINT to the whole foreground process group), any
 number of times: the run ends with one line and exit 130, no traceback, and no MLflow
-run is left RUNNING."""
+run is left RUNNING. Then the population's wall-time budget, counted across its
+sessions: a resume under a budget the first session used most of ends on that budget
+(exit 0, the runs FINISHED, the end-of-run evaluation logged), and a resume with a larger
+one runs the trials the budget ended again."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support.experiments import small_pbt, write_experiment
 from tests.support.results import count_results
+from workbench.names import BUDGET_FILE, EVAL_RETURN_METRIC, RESOLVED_FILE, ROLE_TAG
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
+
+
+def _workbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [WORKBENCH, *args], capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def _seconds(clock: str) -> int:
+    minutes, seconds = clock.split(":")[-2:]
+    return int(minutes) * 60 + int(seconds)
 
 
 def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Path) -> None:
@@ -24,10 +41,12 @@ def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Pat
         tmp_path,
         population=2,
         search_space={"params": {"lr": {"loguniform": [1e-4, 3e-3]}}},
-        stop={"iterations": 500},
+        stop={"iterations": 500, "wall_time_s": 3600},
+        evaluation={"at_end": "best", "every": 0, "episodes": 5, "confirm": 1},
     )
     path = write_experiment(tmp_path, data)
     store = tmp_path / "results" / "mlflow.db"
+    started = time.monotonic()
     driver = subprocess.Popen(
         [WORKBENCH, "run", str(path), "--name", "pop"],
         stdout=subprocess.PIPE,
@@ -57,4 +76,66 @@ def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Pat
     runs = client.search_runs([experiment.experiment_id])
     assert runs and not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
     # The population can go on: the folder is whole enough to resume.
-    assert (tmp_path / "results" / "pop" / "tuner.pkl").is_file()
+    results_dir = tmp_path / "results" / "pop"
+    assert (results_dir / "tuner.pkl").is_file()
+    first_session = time.monotonic() - started  # more than its budget counted
+
+    # Only stop rules change on a resume; refused before Ray starts.
+    refused = _workbench("resume", str(results_dir), "--set", "training.lr=0.1")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "training.lr" in refused.stderr and "stop rules" in refused.stderr
+
+    # A budget the first session used most of: this session ends on it.
+    budget = round(first_session) + 12
+    resumed = _workbench("resume", str(results_dir), "--set", f"stop.wall_time_s={budget}")
+    out = resumed.stdout
+    assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
+    ran = re.search(r"Ran (\S+) \(wall clock; (\S+) with earlier sessions\)", out)
+    assert ran, out[-3000:]
+    assert _seconds(ran[1]) < _seconds(ran[2]), ran[0]
+    assert "wall-time budget" in out and "ran out" in out, out[-3000:]
+    assert "interrupted" not in out.lower(), out[-3000:]
+    experiment = client.get_experiment_by_name("pop")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert {r.info.status for r in runs} == {"FINISHED"}, [
+        (r.info.run_name, r.info.status) for r in runs
+    ]
+    trials = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
+    assert any(EVAL_RETURN_METRIC in r.data.metrics for r in trials)
+    iterations = {r.info.run_name: r.data.metrics["training_iteration"] for r in trials}
+    assert (results_dir / BUDGET_FILE).is_file()
+
+    # Without --set the population has finished, and says how to go on.
+    finished = _workbench("resume", str(results_dir))
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "--set stop.wall_time_s=" in finished.stdout, finished.stdout
+    short = _workbench("resume", str(results_dir), "--set", "stop.wall_time_s=5")
+    assert short.returncode == 2 and "does not extend" in short.stderr, short.stderr
+
+    # Without the budget, the trials it ended run again, into the same MLflow runs, to
+    # their other stop rule (an iteration count: as long on a slow machine as on a fast).
+    target = int(max(iterations.values())) + 2
+    extended = _workbench(
+        "resume",
+        str(results_dir),
+        "--set",
+        "stop.wall_time_s=null",
+        "--set",
+        f"stop.iterations={target}",
+    )
+    assert extended.returncode == 0, extended.stdout[-3000:] + extended.stderr[-3000:]
+    assert "every trial reached a stop rule" in extended.stdout, extended.stdout[-3000:]
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == len(trials) + 1
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    later = {
+        r.info.run_name: r.data.metrics["training_iteration"]
+        for r in runs
+        if r.data.tags.get(ROLE_TAG) == "trial"
+    }
+    # (at least: a clone restores its donor's iteration count)
+    assert later.keys() == iterations.keys() and min(later.values()) >= target, later
+    saved = yaml.safe_load((results_dir / RESOLVED_FILE).read_text())
+    assert saved["stop"]["wall_time_s"] is None and saved["stop"]["iterations"] == target
+    assert not (results_dir / BUDGET_FILE).exists()

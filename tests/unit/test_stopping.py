@@ -118,3 +118,58 @@ def test_no_budget_no_count_stops_anything() -> None:
     for i in range(1, 50):
         stopper("a", _sampled(1, 10_000, 10_000 * i))
     assert not stopper.budget_spent() and not stopper.stop_all()
+
+
+class _Trial:
+    def __init__(self, trial_id: str, status: str) -> None:
+        self.trial_id = trial_id
+        self.status = status
+
+
+def test_a_wall_time_budget_counts_every_session_and_names_the_trials_it_ended(
+    tmp_path: Path, monkeypatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(stopping.time, "monotonic", lambda: clock[0])
+    key = str(tmp_path / "pop")
+    first = RulesStopper({}, all_at_return=False, key=key, wall_budget_s=60)
+    assert not first.stop_all()  # the count starts at Tune's first check
+    clock[0] += 32
+    assert not first.stop_all() and first.wall_time_spent() == 32
+    snapshot = pickle.dumps(first)  # the driver is interrupted here
+
+    stopping._LIVE.pop(key)
+    clock[0] += 500  # between the sessions: not counted
+    resumed = RulesStopper({}, all_at_return=False, key=key, wall_budget_s=60)
+    trials = [_Trial("a", "RUNNING"), _Trial("b", "PAUSED"), _Trial("c", "TERMINATED")]
+    resumed.watch(trials)
+    assert pickle.loads(snapshot) is resumed and resumed.wall_spent_before_s == 32
+    assert not resumed.stop_all()
+    clock[0] += 27
+    assert not resumed.stop_all() and not resumed.wall_budget_ended()
+    clock[0] += 1
+    assert resumed.stop_all() and resumed.wall_budget_ended()
+    assert resumed.ran_out == "wall_time" and resumed.budget_stopped == ["a", "b"]
+    for trial in trials:  # Tune ends them; the record stays as it was
+        trial.status = "TERMINATED"
+    assert resumed.stop_all() and resumed.budget_stopped == ["a", "b"]
+
+    # `resume --set stop.wall_time_s=90`: the new budget, the time spent so far.
+    snapshot = pickle.dumps(resumed)
+    stopping._LIVE.pop(key)
+    larger = RulesStopper({}, all_at_return=False, key=key, wall_budget_s=90)
+    assert pickle.loads(snapshot) is larger
+    assert larger.wall_budget_s == 90 and larger.wall_spent_before_s == 60
+    assert larger.budget_stopped == ["a", "b"]  # until this session's budget runs out
+    assert not larger.stop_all() and larger.ran_out is None
+
+
+def test_time_after_the_loop_does_not_make_an_interrupted_run_one_its_budget_ended(
+    monkeypatch,
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(stopping.time, "monotonic", lambda: clock[0])
+    stopper = RulesStopper({}, all_at_return=False, wall_budget_s=10)
+    assert not stopper.stop_all()
+    clock[0] += 60  # Tune's loop ended on a signal; the driver saves and evaluates
+    assert stopper.wall_budget_spent() and not stopper.wall_budget_ended()

@@ -186,22 +186,45 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from workbench.run.results_folder import find_results_dir, nothing_to_resume
+    from workbench.run.budget import finished_note, overridden_stop_keys, trials_to_reopen
+    from workbench.run.results_folder import (
+        find_results_dir,
+        nothing_to_resume,
+        population_statuses,
+    )
 
     results_dir = find_results_dir(args.target)  # before the heavy imports: a typo fails fast
+    saved = results_dir / RESOLVED_FILE
+    changed = overridden_stop_keys(args.set or [], str(saved))
     from workbench.experiment.resolve import load_saved
     from workbench.run.launch import resume
 
-    resolved = load_saved(results_dir / RESOLVED_FILE)
-    done = nothing_to_resume(
-        results_dir, resolved.experiment.name, restart_errored=args.restart_errored
+    resolved = load_saved(saved, args.set or [])
+    statuses = population_statuses(results_dir)
+    reopen = trials_to_reopen(results_dir, resolved.experiment.stop, changed, statuses, str(saved))
+    done = (
+        None
+        if reopen
+        else nothing_to_resume(
+            results_dir, resolved.experiment.name, restart_errored=args.restart_errored
+        )
     )
     if done is not None:
-        print(done)
+        if changed:
+            raise ExperimentError.single(
+                str(saved),
+                sorted(changed)[0],
+                f"nothing to resume under new stop rules: {done} --set extends only a "
+                "budget that ended the population (stop.wall_time_s, "
+                "stop.population_env_steps)",
+            )
+        print(done + finished_note(results_dir))
         return _write_spool(resolved)
     summary = resume(
         resolved,
         restart_errored=args.restart_errored,
+        reopen=reopen,
+        stop_changed=bool(changed),
         address=args.address,
         verbose=args.verbose,
     )
@@ -341,16 +364,26 @@ def add_commands(commands: Commands) -> None:
         [
             "workbench resume results/cartpole_pbt_20260130-141502",
             "workbench resume cartpole_pbt_20260130-141502 --restart-errored",
+            "workbench resume cartpole_pbt --set stop.wall_time_s=1200",
         ],
         handler=_cmd_resume,
         description="Of a finished population, it writes the MLflow results spooled while "
-        "the store did not answer.",
+        "the store did not answer. --set changes stop rules only: a larger stop.wall_time_s "
+        "or stop.population_env_steps than the one that ended the population runs the "
+        "trials it ended again, from their newest checkpoints.",
     )
     path_arg(resume.add_argument("target", metavar="RESULTS_DIR|NAME"), DIRECTORY)
     resume.add_argument(
         "--restart-errored",
         action="store_true",
         help="start errored trials from scratch (default: from their last checkpoint)",
+    )
+    resume.add_argument(
+        "--set",
+        action="append",
+        metavar="stop.RULE=VALUE",
+        help="change a stop rule (repeatable), e.g. --set stop.wall_time_s=1200 extends "
+        "the wall-time budget, counted across sessions",
     )
     resume.add_argument("--address", help="join this Ray cluster (default: RAY_ADDRESS or local)")
     resume.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)

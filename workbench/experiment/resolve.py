@@ -6,6 +6,7 @@ No Ray is started here: this is what ``workbench validate`` and ``--dry-run`` ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,9 +247,10 @@ def saved_defaults(data: Any) -> Any:
     return data
 
 
-def load_saved(path: Path) -> ResolvedExperiment:
+def load_saved(path: Path, overrides: Sequence[str] = ()) -> ResolvedExperiment:
     """A results folder's saved experiment, resolved for resuming it (saved_defaults'
-    reading of files from before the ``defaults`` field, as an override).
+    reading of files from before the ``defaults`` field, as an override), with a
+    resume's ``--set`` ``overrides`` (the CLI admits only stop rules).
 
     The population is the folder that holds the file, wherever it lies now: a copied or
     moved folder goes on where it lies, never in the folder it was copied from. Files
@@ -257,8 +259,8 @@ def load_saved(path: Path) -> ResolvedExperiment:
     folder = path.parent.resolve()
     raw = read_yaml(path)
     pinned = saved_defaults(raw)
-    overrides = [] if pinned is raw else [f"defaults={pinned['defaults']}"]
-    experiment = load_experiment(path, overrides)
+    pins = [] if pinned is raw else [f"defaults={pinned['defaults']}"]
+    experiment = load_experiment(path, pins + list(overrides))
     experiment = experiment.model_copy(update={"storage": str(folder.parent)})
     resolved = resolve(experiment, path, check_results=False)
     resolved.results_dir = folder  # its own name, should it have been renamed

@@ -289,8 +289,9 @@ class StopSection(_Strict):
     env_steps: PositiveInt | None = Field(None, description="num_env_steps_sampled_lifetime")
     wall_time_s: PositiveFloat | None = Field(
         None,
-        description="Wall-clock budget of the whole experiment, startup, restores and "
-        "checkpoints included (Tune's time_budget_s): every trial stops when it runs out.",
+        description="Wall-clock budget of the whole experiment, restores and checkpoints "
+        "included, counted across a resume's sessions: every trial stops when it runs out; "
+        "`workbench resume NAME --set stop.wall_time_s=N` with a larger N goes on.",
     )
     trial_time_s: PositiveFloat | None = Field(
         None, description="A trial's own training time (time_total_s, which excludes restores)."

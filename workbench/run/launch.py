@@ -8,12 +8,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import signal
-import sys
-import threading
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -22,7 +18,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.tune.utils import flatten_dict
 
 from workbench.analysis.population_plots import render_population_pngs
-from workbench.errors import ExperimentError, Interrupted, Problem
+from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import (
     ResolvedExperiment,
     check_results_dir,
@@ -42,6 +38,7 @@ from workbench.plan.preflight import preflight
 from workbench.policy.checkpoint import read_checkpoint
 from workbench.policy.locate import log_evaluation
 from workbench.policy.mlflow_model import log_checkpoint_model
+from workbench.run.budget import clear_ran_out, record_ran_out, save_stop_rules
 from workbench.run.console import LibraryLogs
 from workbench.run.folder_lock import FolderLock
 from workbench.run.population_result import choose as choose_result
@@ -54,7 +51,8 @@ from workbench.run.ray_session import (
 )
 from workbench.run.results_folder import population_statuses
 from workbench.run.schedulers import scheduler, search_algorithm
-from workbench.run.stopping import RulesStopper
+from workbench.run.signals import fit
+from workbench.run.stopping import RulesStopper, StopperWatch
 from workbench.run.summary import RunSummary, stop_reason, summarize
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.location import results_dir_tag, sqlite_file
@@ -70,7 +68,11 @@ from workbench.trial.score import score_settings
 from workbench.trial.trainable import seeded_trainable
 from workbench.tune_ext.checkpoints import CheckpointGuard
 from workbench.tune_ext.optuna_study import close_study, record_result
-from workbench.tune_ext.ray_private import raylet_messages_logged, restored_tuner_uses
+from workbench.tune_ext.ray_private import (
+    raylet_messages_logged,
+    reopen_trials,
+    restored_tuner_uses,
+)
 from workbench.tune_ext.result_files import result_loggers
 from workbench.tune_ext.scheduler_state import SchedulerState
 from workbench.tune_ext.state_sync import sync_without_temp_files
@@ -127,7 +129,6 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
             if v is not None
         },
         hyperparameters={key: name for name, key in resolved.tune_keys.items()},
-        time_budget_s=exp.stop.wall_time_s,
         render_plots=render_population_pngs,
         run_tags=source_tags(resolved.file),
     )
@@ -179,6 +180,7 @@ def _session(
         else exp.scheduler.type in ("pbt", "pb2"),
         key=str(resolved.results_dir),
         env_step_budget=exp.stop.population_env_steps,
+        wall_budget_s=exp.stop.wall_time_s,
     )
     table = ProgressTable(
         {key: name for name, key in resolved.tune_keys.items()},
@@ -217,11 +219,12 @@ def _session(
     # After the stateful ones (whose saved state Tune hands back by position): result.json
     # and progress.csv written whole, in place of Tune's loggers (workbench.tune_ext.result_files).
     callbacks += result_loggers()
+    callbacks.append(StopperWatch(stopper))  # stateless: after the ones restored by position
     tune_config = tune.TuneConfig(
         scheduler=trial_scheduler,
         search_alg=search_algorithm(resolved),
         num_samples=exp.population,
-        time_budget_s=exp.stop.wall_time_s,
+        # stop.wall_time_s is the stopper's (RulesStopper), counted across sessions.
         max_concurrent_trials=exp.max_concurrent,
         # Exploits and pauses restore into a kept actor, rebuilt by reset_config.
         reuse_actors=exp.reuse_actors,
@@ -262,80 +265,13 @@ def _tune_environment() -> None:
     # The workbench snapshots the experiment after every trial checkpoint on purpose
     # (ResumableScheduler); Tune would warn about each one.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Ctrl-C is the workbench's to handle (_StopSignals); Tune keeps SIGUSR1.
+    # Ctrl-C is the workbench's to handle (workbench.run.signals); Tune keeps SIGUSR1.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     # The console is the workbench's (workbench.run.progress): Tune's new output engine
     # prints its configuration box and TensorBoard hint whatever `verbose` says; the
     # legacy one prints nothing at verbose=0.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     sync_without_temp_files()
-
-
-class _StopSignals:
-    """Ctrl-C (SIGINT, to the whole foreground group) and SIGTERM during Tuner.fit.
-
-    Tune's own SIGINT handler stops at the first Ctrl-C and then puts Python's back, so
-    the next one raises KeyboardInterrupt wherever the driver happens to be: inside
-    Tune's final save, a garbage-collection callback, Ray's atexit hooks. Each left a
-    traceback and some MLflow runs RUNNING. The workbench handles both signals instead
-    (Tune's SIGINT handler is off: TUNE_DISABLE_SIGINT_HANDLER): the first asks Tune to
-    stop through SIGUSR1, the signal Tune keeps for that (its state is saved, the runs
-    end KILLED and `workbench resume` goes on); any later one is only noted, for the rest
-    of the driver's life. Kubernetes stops pods with SIGTERM: the same path.
-
-    Before Tune's loop has started there is nothing to save: the first signal then
-    raises KeyboardInterrupt, and `_fit` marks what the tracker opened KILLED."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.installed = False
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
-            self._previous = {
-                sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
-            }
-            self.installed = True
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.count += 1
-        if self.count > 1:
-            return  # already stopping: a traceback now would only lose the saved state
-        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
-            raise KeyboardInterrupt  # Tune's loop has not started: nothing to save yet
-        print(
-            "workbench: stopping; saving the population's state (resume it with "
-            "`workbench resume`)",
-            file=sys.stderr,
-        )
-        os.kill(os.getpid(), signal.SIGUSR1)
-
-    def __exit__(self, *exc: object) -> None:
-        # Once stopping, later signals stay noted only, until the process ends.
-        if self.installed and not self.count:
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
-
-
-def _fit(tuner: Any, session: _Session, results_dir: Path) -> tuple[Any, float, bool]:
-    """Tuner.fit under the workbench's stop signals (_StopSignals). Returns the results,
-    the wall time and whether a stop signal came; Interrupted when stopped before Tune's
-    loop began."""
-    start = time.monotonic()
-    with _StopSignals() as signals:
-        try:
-            with session.table.showing():
-                results = tuner.fit()
-            return results, time.monotonic() - start, signals.count > 0
-        except KeyboardInterrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            if session.tracker is not None:
-                session.tracker.abandon()
-            raise Interrupted(
-                "Interrupted before the population started; its MLflow runs are marked "
-                f"KILLED. `workbench resume {results_dir}` starts it where it was."
-            ) from None
 
 
 def _finish(
@@ -346,10 +282,9 @@ def _finish(
     signalled: bool = False,
 ) -> RunSummary:
     summary = summarize(resolved, session.table, errors=len(results.errors))
-    budget = resolved.experiment.stop.wall_time_s
-    budget_spent = budget is not None and elapsed_s >= 0.99 * budget
     stopper = session.run_config.stop
-    by_rule = stopper.stop_all()
+    budget_spent = stopper.wall_budget_ended()  # counted across sessions
+    by_rule = stopper.return_reached() or stopper.budget_spent()
     # What met the return target (the trial's score and the evaluation that confirmed
     # it); that trial, which solved the task, is the one to name and evaluate.
     summary.confirmation = stopper.reached
@@ -364,6 +299,10 @@ def _finish(
         or (signalled and len(summary.trials) < planned)
     )
     summary.wall_time_s = elapsed_s
+    if stopper.ran_out is not None and stopper.budget_stopped:
+        record_ran_out(resolved, stopper)  # for a resume that extends the budget
+    if stopper.wall_spent_before_s > 0:  # resumed
+        summary.wall_time_all_s = stopper.wall_time_spent()
     by_return = stopper.return_reached()
     reached = session.table.records.get(stopper.reached_by) if by_return else None
     summary.stop_reason = stop_reason(
@@ -546,13 +485,15 @@ def run(
             run_config=session.run_config,
         )
         logs.take_over(also_import=("mlflow",) if session.tracker else ())
-        return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
+        return _finish(resolved, session, *fit(tuner, session, resolved.results_dir))
 
 
 def resume(
     resolved: ResolvedExperiment,
     *,
     restart_errored: bool = False,
+    reopen: Sequence[str] = (),
+    stop_changed: bool = False,
     address: str | None = None,
     progress_interval_s: float = 30.0,
     verbose: bool = False,
@@ -562,7 +503,10 @@ def resume(
 
     Tune restores the trials and the searcher; the scheduler, the stopper and the
     callbacks are built fresh from the experiment (Tune would unpickle stale copies),
-    and Tune then hands the callbacks their saved state.
+    and Tune then hands the callbacks their saved state. ``stop_changed``: the
+    experiment's stop rules differ from the saved ones (`resume --set stop.*`), which are
+    saved in their place; ``reopen``: the trials a budget ended that a larger one runs
+    again (`workbench.run.budget`).
     """
 
     _tune_environment()
@@ -587,6 +531,11 @@ def resume(
             resolved, build_config(resolved, configure), address
         )
         record_ray_session(resolved.results_dir)
+        if stop_changed:
+            save_stop_rules(resolved.results_dir, describe(resolved)["stop"])
+        if reopen:
+            reopen_trials(resolved.results_dir, set(reopen))
+            clear_ran_out(resolved.results_dir)
         session = _session(
             resolved, config, progress_interval_s=progress_interval_s, all_at_once=all_at_once
         )
@@ -608,7 +557,7 @@ def resume(
         )
         restored_tuner_uses(tuner, session.tune_config, session.run_config)
         logs.take_over(also_import=("mlflow",) if session.tracker else ())
-        return _finish(resolved, session, *_fit(tuner, session, resolved.results_dir))
+        return _finish(resolved, session, *fit(tuner, session, resolved.results_dir))
 
 
 __all__ = ["RunSummary", "resume", "run"]

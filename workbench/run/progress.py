@@ -206,6 +206,11 @@ class ProgressTable(Callback):  # type: ignore[misc]
         """The env steps the trials have sampled together (0 without a stopper)."""
         return int(getattr(self.stopper, "env_steps_spent", 0))
 
+    def budget_elapsed(self) -> float:
+        """The seconds stop.wall_time_s has counted: earlier sessions' too, when resumed."""
+        spent = getattr(self.stopper, "wall_time_spent", None)
+        return float(spent()) if spent is not None else time.monotonic() - self.started
+
     # --- Tune callback hooks ------------------------------------------------------------
     def on_step(self, iteration: int, trials: list[Any], **info: Any) -> None:
         with self._lock:
@@ -336,11 +341,12 @@ class ProgressTable(Callback):  # type: ignore[misc]
     def status_line(self) -> str:
         """Elapsed, the budget left, the bar toward the stop rule and the best trial."""
         elapsed = time.monotonic() - self.started
+        budgeted = self.budget_elapsed()
         rows = self.rows()
-        done, label = self.goal.nearest(rows, elapsed, self.sampled)
+        done, label = self.goal.nearest(rows, budgeted, self.sampled)
         parts = [f"{clock(elapsed)} elapsed"]
         if self.goal.wall_time_s is not None:
-            parts.append(f"{clock(max(0.0, self.goal.wall_time_s - elapsed))} left")
+            parts.append(f"{clock(max(0.0, self.goal.wall_time_s - budgeted))} left")
         bar = "#" * round(done * 20)
         parts.append(f"[{bar:<20}] {done:4.0%} {label}")
         scored = [r for r in rows if not math.isnan(r.best_return)]
@@ -511,11 +517,12 @@ class _LiveView(_View):
         table = self.table
         width = self.console.width
         elapsed = time.monotonic() - table.started
+        budgeted = table.budget_elapsed()
         rows = table.rows()
-        done, label = table.goal.nearest(rows, elapsed, table.sampled)
+        done, label = table.goal.nearest(rows, budgeted, table.sampled)
         left = table.goal.wall_time_s
         clocks = f"{clock(elapsed)} elapsed" + (
-            f", {clock(max(0.0, left - elapsed))} left" if left is not None else ""
+            f", {clock(max(0.0, left - budgeted))} left" if left is not None else ""
         )
         title = Text(fit_line(f"{table.title}: {clocks}", width), style="bold", no_wrap=True)
         bar = Table.grid(padding=(0, 1))

@@ -52,6 +52,8 @@ class RunSummary:
     confirmation: dict[str, float] = field(default_factory=dict)
     # The driver's time from Tune's start to its end, and why the run stopped.
     wall_time_s: float | None = None
+    # A resumed population's time under its wall-time budget, earlier sessions included.
+    wall_time_all_s: float | None = None
     stop_reason: str | None = None
 
     @property
@@ -66,7 +68,9 @@ class RunSummary:
         out = [f"Experiment {self.name}: {len(self.trials)} trials, {self.errors} errored"]
         if self.wall_time_s is not None:
             why = f"; stopped: {self.stop_reason}" if self.stop_reason else ""
-            out.append(f"Ran {clock(self.wall_time_s)} (wall clock){why}")
+            total = self.wall_time_all_s
+            shown = f"; {clock(total)} with earlier sessions" if total is not None else ""
+            out.append(f"Ran {clock(self.wall_time_s)} (wall clock{shown}){why}")
         if self.best is not None:
             role = "Member holding the result" if self.result is not None else "Best trial"
             out.append(

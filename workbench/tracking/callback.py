@@ -90,7 +90,6 @@ class TrackingTarget:
     flush_timeout_s: float = 120.0
     parent_params: dict[str, str] = field(default_factory=dict)
     hyperparameters: dict[str, str] = field(default_factory=dict)  # tune key -> public name
-    time_budget_s: float | None = None  # stop.wall_time_s: ending there is finishing
     # On the parent and every trial run: where the population came from (MLflow's
     # source and git tags; workbench.tracking.run_context).
     run_tags: dict[str, str] = field(default_factory=dict)
@@ -131,7 +130,6 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         self._queued: list[LineageRecord] = []
         self._seq = 0
         self._lock = threading.Lock()
-        self._started = time.monotonic()
         # The experiment's stopper: when its population-wide rule ended the run, the
         # trials still running were stopped by design, not killed.
         self.stopper: Any = None
@@ -227,7 +225,6 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         **info: Any,
     ) -> None:
         self.target.results_dir.mkdir(parents=True, exist_ok=True)
-        self._started = time.monotonic()
         # Numbered on from the lineage file: records the last driver queued but never
         # wrote (it was killed) leave no gap.
         self._seq = max(self._seq, max(self._lineage_file()[0], default=-1) + 1)
@@ -436,8 +433,8 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             return "a trial reached the population's return target"
         if self.stopper is not None and getattr(self.stopper, "budget_spent", lambda: False)():
             return "the experiment's env-step budget"
-        budget = self.target.time_budget_s
-        if budget is not None and time.monotonic() - self._started >= 0.99 * budget:
+        # Counted across a resume's sessions by the stopper.
+        if self.stopper is not None and getattr(self.stopper, "wall_budget_ended", lambda: False)():
             return "the experiment's wall-clock budget"
         return ""
 

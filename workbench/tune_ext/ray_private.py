@@ -7,8 +7,11 @@ test that checks them against the installed Ray.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -93,3 +96,25 @@ def raylet_messages_logged(logger_name: str = "ray") -> Iterator[None]:
         yield
     finally:
         worker.print_to_stdstream = printed
+
+
+def reopen_trials(results_dir: Path, trial_ids: Collection[str]) -> None:
+    """Marks these TERMINATED trials PAUSED in Tune's newest experiment snapshot (its
+    ``experiment_state-*.json``: one JSON state per trial), so that ``Tuner.restore``
+    resumes them from their newest checkpoints: Tune resumes unfinished trials only, and
+    a budget that ran out ended them as if they had met their own stop rules."""
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(str(results_dir))
+    if newest is None:
+        raise FileNotFoundError(f"no experiment_state-*.json in {results_dir}")
+    path = Path(newest)
+    data = json.loads(path.read_text())
+    for entry in data["trial_data"]:
+        state = json.loads(entry[0])
+        if str(state.get("trial_id")) in trial_ids and state.get("status") == "TERMINATED":
+            state["status"] = "PAUSED"
+            entry[0] = json.dumps(state, indent=2)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
