@@ -3,7 +3,8 @@ number of times: the run ends with one line and exit 130, no traceback, and no M
 run is left RUNNING. Then the population's wall-time budget, counted across its
 sessions: a resume under a budget the first session used most of ends on that budget
 (exit 0, the runs FINISHED, the end-of-run evaluation logged), and a resume with a larger
-one runs the trials the budget ended again."""
+one runs the trials the budget ended again, here to a return target, which the resumed
+population reports as its stop (it once said "Interrupted" and exited 130)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,16 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.experiments import small_pbt, write_experiment
 from tests.support.results import count_results
-from workbench.names import BUDGET_FILE, EVAL_RETURN_METRIC, RESOLVED_FILE, ROLE_TAG
+from workbench.names import (
+    BUDGET_FILE,
+    EVAL_RETURN_METRIC,
+    RESOLVED_FILE,
+    ROLE_TAG,
+    STOPPED_BY_TAG,
+)
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
+TARGET = 100.0
 
 
 def _workbench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,12 +39,20 @@ def _workbench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _results_logged(client: MlflowClient, runs: list) -> dict[str, int]:
+    """Trial run name -> how many results it logged."""
+    return {
+        r.info.run_name: len(client.get_metric_history(r.info.run_id, "training_iteration"))
+        for r in runs
+    }
+
+
 def _seconds(clock: str) -> int:
     minutes, seconds = clock.split(":")[-2:]
     return int(minutes) * 60 + int(seconds)
 
 
-def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Path) -> None:
+def test_ctrl_c_three_times_then_resumes_on_its_budget_and_past_it(tmp_path: Path) -> None:
     data = small_pbt(
         tmp_path,
         population=2,
@@ -104,6 +120,7 @@ def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Pat
     trials = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
     assert any(EVAL_RETURN_METRIC in r.data.metrics for r in trials)
     iterations = {r.info.run_name: r.data.metrics["training_iteration"] for r in trials}
+    results = _results_logged(client, trials)
     assert (results_dir / BUDGET_FILE).is_file()
 
     # Without --set the population has finished, and says how to go on.
@@ -113,29 +130,28 @@ def test_ctrl_c_three_times_leaves_no_traceback_and_no_running_run(tmp_path: Pat
     short = _workbench("resume", str(results_dir), "--set", "stop.wall_time_s=5")
     assert short.returncode == 2 and "does not extend" in short.stderr, short.stderr
 
-    # Without the budget, the trials it ended run again, into the same MLflow runs, to
-    # their other stop rule (an iteration count: as long on a slow machine as on a fast).
-    target = int(max(iterations.values())) + 2
+    # Without the budget, the trials it ended run again, into the same MLflow runs, to a
+    # return target (its evaluation confirms it; the iterations bound a slow learner):
+    # the resumed driver asks the stopper Tune restored, which is the live one.
     extended = _workbench(
         "resume",
         str(results_dir),
-        "--set",
-        "stop.wall_time_s=null",
-        "--set",
-        f"stop.iterations={target}",
+        *("--set", "stop.wall_time_s=null", "--set", f"stop.return_mean={TARGET}"),
+        *("--set", f"stop.iterations={int(max(iterations.values())) + 40}"),
     )
-    assert extended.returncode == 0, extended.stdout[-3000:] + extended.stderr[-3000:]
-    assert "every trial reached a stop rule" in extended.stdout, extended.stdout[-3000:]
+    out = extended.stdout
+    assert extended.returncode == 0, out[-3000:] + extended.stderr[-3000:]
+    assert f"reached the return target {TARGET:g}" in out, out[-3000:]
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == len(trials) + 1
     assert {r.info.status for r in runs} == {"FINISHED"}
-    later = {
-        r.info.run_name: r.data.metrics["training_iteration"]
-        for r in runs
-        if r.data.tags.get(ROLE_TAG) == "trial"
-    }
-    # (at least: a clone restores its donor's iteration count)
-    assert later.keys() == iterations.keys() and min(later.values()) >= target, later
+    # More results in the same runs (a trial goes on from its newest checkpoint, which
+    # may be an iteration behind the last result it logged).
+    later = _results_logged(client, [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"])
+    assert later.keys() == results.keys()
+    assert sum(later.values()) > sum(results.values()), (results, later)
+    stopped_by = {r.data.tags.get(STOPPED_BY_TAG) for r in runs}
+    assert any(s and "return target" in s for s in stopped_by), stopped_by
     saved = yaml.safe_load((results_dir / RESOLVED_FILE).read_text())
-    assert saved["stop"]["wall_time_s"] is None and saved["stop"]["iterations"] == target
+    assert saved["stop"]["wall_time_s"] is None and saved["stop"]["return_mean"] == TARGET
     assert not (results_dir / BUDGET_FILE).exists()
