@@ -283,3 +283,23 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
         assert figures["env_steps"] == 2 * 2 * 2048, arm  # 2 trials x 2 iterations
         assert 0 < figures["outside"] < 1 and figures["rate"] > 0
     assert 0 < runs["workbench"][0]["learner"] < 1
+
+
+def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cli_latency.py"),
+            *("--rounds", "1", "--trials", "2", "--iterations", "3", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    seconds = json.loads(out.read_text())["seconds"]
+    assert set(seconds) == {"--help", "runs", "show", "lineage", "validate", "mlflow runs list"}
+    assert all(len(v) == 1 and v[0] > 0 for v in seconds.values())
+    assert "(the anchor)" in result.stdout and "<= 1.5 s and <= half the anchor" in result.stdout

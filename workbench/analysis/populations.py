@@ -55,6 +55,7 @@ from workbench.names import (
     TRIAL_ID_TAG,
 )
 from workbench.tracking.location import artifact_names, download_artifact, results_dir_of
+from workbench.tracking.sqlite_reader import RunNotFound
 from workbench.tracking.store import open_store
 from workbench.trial.candidates import PopulationResult
 
@@ -432,13 +433,11 @@ def find_trial_and_population(
     client: Any, ref: str, population_ref: str | None, uri: str
 ) -> tuple[TrialRun, Population]:
     """`find_trial`, and the population the trial belongs to (with its trials)."""
-    # mlflow takes about a second to import: the inspection commands import this module
-    # before they know the store exists, so that a wrong --store fails at once.
-    from mlflow.exceptions import MlflowException
-
     try:
         run = client.get_run(ref)
-    except MlflowException:
+    except Exception as err:  # no such run (a name, not a run id)
+        if not _not_found(err):
+            raise
         run = None
     if run is not None and run.data.tags.get(ROLE_TAG) == "trial":
         parent = client.get_run(run.data.tags[PARENT_RUN_TAG])
@@ -454,6 +453,18 @@ def find_trial_and_population(
         f"no trial {ref!r} in population {population.name!r}; it has: "
         + ", ".join(t.name for t in population.trials),
     )
+
+
+def _not_found(err: Exception) -> bool:
+    """No run with that id: the sqlite reader's RunNotFound or MLflow's exception (MLflow
+    is imported only when its client is the one reading)."""
+    if isinstance(err, RunNotFound):
+        return True
+    if type(err).__module__.startswith("mlflow"):
+        from mlflow.exceptions import MlflowException
+
+        return isinstance(err, MlflowException)
+    return False
 
 
 def metric_history(client: Any, run_id: str, key: str) -> list[tuple[int, float, int]]:

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from workbench.names import ARTIFACTS_DIR, RESOLVED_FILE
+from workbench.tracking.sqlite_reader import artifact_repository
 
 
 def sqlite_file(uri: str | None) -> Path | None:
@@ -125,10 +126,9 @@ def download_artifact(client: Any, run_id: str, path: str, dst: str) -> str:
 
 
 def _repository(artifact_uri: str) -> Any:
-    # heavy (MLflow): imported only when a moved store's artifacts are read
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-    return get_artifact_repository(artifact_uri)
+    # A local folder is read without MLflow (workbench.tracking.sqlite_reader); another
+    # store through MLflow's repository for it.
+    return artifact_repository(artifact_uri)
 
 
 def rebase_artifacts(uri: str, experiment_id: str, artifact_root: Path) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 from workbench.errors import ExperimentError
 from workbench.names import STORE_FILE
 from workbench.tracking.location import sqlite_file
+from workbench.tracking.sqlite_reader import SqliteReader, readable
 
 
 def default_tracking_uri(storage_root: Path) -> str:
@@ -274,10 +275,14 @@ def read_client(uri: str) -> Any:
     """An MLflow client that reads `uri` and cannot change it (after `check_store`).
 
     sqlite: the connection is read-only (MLflow would otherwise upgrade an older schema
-    or add its default experiment on first use). HTTP: requests time out in seconds.
+    or add its default experiment on first use), and a schema this MLflow writes is read
+    without importing MLflow (`workbench.tracking.sqlite_reader`). HTTP: requests time out
+    in seconds.
     """
     check_store(uri)
     path = sqlite_file(uri)
+    if path is not None and readable(path):
+        return SqliteReader(path, uri)
     if path is not None:
         uri = f"sqlite:///{_sqlite_read_only(path)}&uri=true"
     elif uri.startswith(("http://", "https://")):
