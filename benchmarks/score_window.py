@@ -43,8 +43,8 @@ HYPERPARAMETERS = {"lr": 3e-4, "gamma": 0.99, "lambda_": 0.95, "num_epochs": 10}
 
 
 def _algorithm(seed: int) -> Any:
+    from workbench.experiment.loading import load_experiment
     from workbench.experiment.resolve import resolve
-    from workbench.experiment.schema import load_experiment
     from workbench.trial.config import build_config
 
     experiment = load_experiment(EXPERIMENT, [f"seed={seed}", "storage=/tmp/score_window"])

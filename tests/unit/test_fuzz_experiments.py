@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.support.experiments import tiny_ppo
 from workbench.cli import main
-from workbench.experiment.schema import json_schema
+from workbench.experiment.loading import json_schema
 
 
 def _paths(schema: dict[str, Any]) -> list[tuple[str, ...]]:

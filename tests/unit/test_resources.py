@@ -19,8 +19,9 @@ import workbench.plan.preflight as plan_module
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
+from workbench.experiment.loading import json_schema
 from workbench.experiment.resolve import ResolvedExperiment, load_and_resolve
-from workbench.experiment.schema import ResourcesSection, json_schema
+from workbench.experiment.resources_section import ResourcesSection
 from workbench.plan.capacity import Plan, make_plan, what_would_fit
 from workbench.plan.preflight import preflight
 from workbench.plan.resources import (

@@ -22,8 +22,9 @@ from tests.support.bad_files import problem_about, rejected
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
+from workbench.experiment.loading import load_experiment
 from workbench.experiment.resolve import load_and_resolve
-from workbench.experiment.schema import Experiment, load_experiment
+from workbench.experiment.schema import Experiment
 from workbench.experiment.yaml_input import apply_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -719,7 +720,7 @@ def test_the_committed_json_schema_is_current() -> None:
     # comment); regenerate it with `workbench schema -o workbench.schema.json`.
     import json
 
-    from workbench.experiment.schema import json_schema
+    from workbench.experiment.loading import json_schema
 
     committed = json.loads(
         (Path(__file__).resolve().parents[2] / "workbench.schema.json").read_text()

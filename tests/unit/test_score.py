@@ -362,8 +362,8 @@ def test_schedulers_and_searchers_rank_by_the_score_or_the_short_evaluation(file
     """Never by RLlib's per-iteration mean return: PBT and PB2 by the members' short
     evaluations (scheduler.rank_on: evaluation, the default) or the score; ASHA by the
     score; Optuna's study by a trial's best short evaluation (its score without them)."""
+    from workbench.experiment.loading import load_experiment
     from workbench.experiment.resolve import resolve
-    from workbench.experiment.schema import load_experiment
     from workbench.run.schedulers import scheduler, search_algorithm
     from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
 

@@ -39,7 +39,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from workbench.experiment.schema import json_schema
+    from workbench.experiment.loading import json_schema
 
     text = json.dumps(json_schema(), indent=2)
     if args.output:

@@ -28,13 +28,13 @@ from workbench.experiment.algorithms import (
     tune_key,
 )
 from workbench.experiment.bounds import BOUNDS, Bound, not_finite, not_int64, value_problem
+from workbench.experiment.loading import load_experiment
 from workbench.experiment.schema import (
     AshaSection,
     Experiment,
     Pb2Section,
     PbtSection,
     ReplaySection,
-    load_experiment,
 )
 from workbench.experiment.search_space import (
     KINDS,

@@ -1,33 +1,32 @@
-"""The experiment file: a typed schema, loading, overrides and validation.
+"""The experiment file: a typed schema (the resources section in resources_section.py;
+loading and its errors in loading.py).
 
 Every problem is reported with the file, the field, the value and what would be
 valid (``ExperimentError``), before anything starts: no Ray, no results folder.
-``workbench schema`` exports :class:`Experiment`'s JSON Schema for editors.
+``workbench schema`` exports :class:`Experiment`'s JSON Schema for editors
+(`workbench.experiment.loading.json_schema`).
 """
 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from workbench.errors import ExperimentError, Problem, did_you_mean, one_of
+from workbench.errors import did_you_mean, one_of
 from workbench.experiment.algorithms import ALGORITHMS
+from workbench.experiment.resources_section import ResourcesSection
+from workbench.experiment.schema_base import MAX_TRIALS_EVER, _Strict
 from workbench.experiment.search_space import ParamSpec
-from workbench.experiment.yaml_input import apply_overrides, read_yaml
 from workbench.names import (
     EVAL_RETURN_METRIC,
     RETURN_METRIC,
@@ -57,18 +56,6 @@ REPORTED_METRICS = frozenset(
 
 # Counts beyond what a Ray cluster could hold or a person could mean: a bigger number is a
 # typo (population 10**12 started trial folders until it was killed).
-MAX_TRIALS_EVER = 1_000_000
-MAX_RUNNERS = 10_000  # env runners of one trial
-MAX_ENVS = 1_000_000  # environments of one runner
-MAX_CPUS = 1024.0  # CPUs of one bundle (one node's worth, generously)
-MAX_GPUS = 64.0
-
-
-class _Strict(BaseModel):
-    # Unknown keys are errors; so are .nan and .inf wherever a number goes.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
-
-
 class EnvSection(_Strict):
     """The environment every trial trains on."""
 
@@ -403,159 +390,6 @@ class FailureSection(_Strict):
     )
 
 
-PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-VectorizeMode = Literal["auto", "sync", "async", "vector_entry_point"]
-# Keys of the flat layout that preceded the env_runners block; still read, never written.
-_LEGACY_RUNNER_KEYS = {"envs_per_runner": "envs_per_runner", "cpus_per_runner": "cpus_each"}
-
-
-class EnvRunnersSection(_Strict):
-    """The env runners of one trial: actors that step the environments (sampling)."""
-
-    count: NonNegativeInt = Field(
-        0,
-        le=MAX_RUNNERS,
-        description="Remote env runners (0: sample in the trial's main process).",
-    )
-    cpus_each: PositiveFloat = Field(
-        1.0,
-        le=MAX_CPUS,
-        description="CPUs of each runner's bundle (fractions let runners share a core).",
-    )
-    envs_per_runner: PositiveInt = Field(
-        8, le=MAX_ENVS, description="Environments each runner steps."
-    )
-    vectorize: VectorizeMode = Field(
-        "auto",
-        description="How a runner batches its environments (RLlib's gym_env_vectorize_mode): "
-        "'vector_entry_point' steps them all in one call of the env's own vector class "
-        "(sim_ext's C++ batch), 'sync' one after the other in Python, 'async' in "
-        "subprocesses; 'auto' is vector_entry_point for sim_ext ids, else sync.",
-    )
-
-
-class ResourcesSection(_Strict):
-    """What one trial asks for: its placement group (gang-scheduled: all bundles or none).
-
-    The bundles are RLlib's own (`Algorithm.default_resource_request`): the main process,
-    one per env runner, one per remote learner. `workbench plan` prints them and how many
-    trials fit on a cluster; `workbench run` refuses a trial that could never fit.
-    """
-
-    model_config = ConfigDict(json_schema_extra=lambda schema, _: _legacy_resources_schema(schema))
-
-    cpus_main: PositiveFloat = Field(
-        1.0,
-        le=MAX_CPUS,
-        description="CPUs of the trial's main process (with num_learners 0 it also hosts "
-        "the learner; fractions let several small trials share a core).",
-    )
-    num_learners: NonNegativeInt = Field(
-        0,
-        le=MAX_RUNNERS,
-        description="Remote learner actors (0: learn in the trial's main process).",
-    )
-    gpus_per_learner: NonNegativeFloat = Field(
-        0.0,
-        le=MAX_GPUS,
-        description="GPUs of each learner (with num_learners 0: of the main process). "
-        "A fraction lets trials share a GPU (one learner per trial); above 1, whole GPUs.",
-    )
-    cpus_per_learner: Annotated[float, Field(ge=0, le=MAX_CPUS)] | Literal["auto"] = Field(
-        "auto",
-        description="CPUs of each learner; 'auto' is RLlib's rule: 1 without a GPU, 0 with one.",
-    )
-    env_runners: EnvRunnersSection = Field(
-        default_factory=EnvRunnersSection,
-        description="The env runners: {count, cpus_each, envs_per_runner, vectorize}; a "
-        "number is the count.",
-    )
-    placement_strategy: PlacementStrategy = Field(
-        "PACK",
-        description="How a trial's bundles are placed on nodes (Ray placement group "
-        "strategy): PACK as few nodes as possible, SPREAD over as many as possible, "
-        "STRICT_PACK all on one node, STRICT_SPREAD each on a different node.",
-    )
-    no_gpu: Literal["fail", "cpu_fallback"] = Field(
-        "fail",
-        description="When the cluster has no GPU at all but the trial asks for one: 'fail' "
-        "(refuse to start, with the numbers) or 'cpu_fallback' (learners train on CPU, "
-        "said loudly at start).",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _read_legacy_keys(cls, data: Any) -> Any:
-        """`env_runners: 2` is the count; flat `envs_per_runner` / `cpus_per_runner` (the
-        layout before the env_runners block, in older files and saved results) move in."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        runners = data.get("env_runners")
-        if isinstance(runners, int) and not isinstance(runners, bool):
-            runners = {"count": runners}
-        legacy = {new: data.pop(old) for old, new in _LEGACY_RUNNER_KEYS.items() if old in data}
-        if legacy:
-            if runners is None:
-                runners = {}
-            if isinstance(runners, dict):
-                for key, value in legacy.items():
-                    if key in runners and runners[key] != value:
-                        raise ValueError(
-                            f"env_runners.{key} is {runners[key]!r} but the older flat key "
-                            f"says {value!r}; keep env_runners.{key} only"
-                        )
-                runners = {**legacy, **runners}
-        if runners is not None:
-            data["env_runners"] = runners
-        return data
-
-    @model_validator(mode="after")
-    def _learners_make_sense(self) -> ResourcesSection:
-        gpus = self.gpus_per_learner
-        if gpus > 1 and not float(gpus).is_integer():
-            raise ValueError(
-                f"gpus_per_learner {gpus:g}: above 1 GPU a learner takes whole GPUs "
-                f"(Ray cannot split a request across GPUs); use {int(gpus)} or {int(gpus) + 1}"
-            )
-        if self.num_learners > 1 and 0 < gpus < 1:
-            raise ValueError(
-                f"num_learners {self.num_learners} at gpus_per_learner {gpus:g}: learners "
-                "of one trial sharing a GPU fail in NCCL (Ray PR 45382); use one learner "
-                "with a fractional GPU, or whole GPUs per learner"
-            )
-        if self.num_learners > 0 and gpus == 0 and self.cpus_per_learner == 0:
-            raise ValueError(
-                "cpus_per_learner 0 with gpus_per_learner 0: a learner needs a CPU or a "
-                "GPU; give cpus_per_learner > 0 (or 'auto')"
-            )
-        return self
-
-
-def _legacy_resources_schema(schema: dict[str, Any]) -> None:
-    """Editors must accept what the loader accepts: the count as `env_runners: N` and the
-    flat keys of older files (marked deprecated)."""
-    props = schema["properties"]
-    block = {k: v for k, v in props["env_runners"].items() if k not in ("description", "title")}
-    props["env_runners"] = {
-        "anyOf": [block, {"type": "integer", "minimum": 0}],
-        "title": "Env Runners",
-        "description": props["env_runners"].get("description", ""),
-    }
-    props["envs_per_runner"] = {
-        "type": "integer",
-        "exclusiveMinimum": 0,
-        "deprecated": True,
-        "description": "Older spelling of env_runners.envs_per_runner.",
-    }
-    props["cpus_per_runner"] = {
-        "type": "number",
-        "exclusiveMinimum": 0,
-        "deprecated": True,
-        "description": "Older spelling of env_runners.cpus_each.",
-    }
-
-
 # The tracking URI schemes MLflow opens a store for (a database URI may name its driver:
 # postgresql+psycopg://...).
 MLFLOW_SCHEMES = (
@@ -750,106 +584,3 @@ class Experiment(_Strict):
                 f"valid: {one_of(ALGORITHMS)}"
             )
         return value
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of experiment files (for editors: yaml-language-server)."""
-    schema = Experiment.model_json_schema(by_alias=False)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "PBT workbench experiment"
-    population = schema["properties"]["population"]
-    schema["properties"]["num_samples"] = {
-        **population,
-        "title": "Num Samples",
-        "description": "Alias of population.",
-    }
-    schema["not"] = {"required": ["population", "num_samples"]}
-    return schema
-
-
-# --- validating ------------------------------------------------------------------------------
-
-
-def _problems_from(err: ValidationError, file: str, model: type[BaseModel]) -> list[Problem]:
-    problems = []
-    for e in err.errors():
-        loc = [str(part) for part in e["loc"]]
-        # Drop pydantic's union tags (scheduler.pbt.x -> scheduler.x).
-        section: type[BaseModel] = model
-        if len(loc) >= 2 and loc[0] == "scheduler" and loc[1] in _SCHEDULERS:
-            section = _SCHEDULERS[loc.pop(1)]
-        field = ".".join(loc)
-        value = e.get("input")
-        if e["type"] == "extra_forbidden":
-            valid = (
-                _fields_at(model, loc[:-1]) if section is model else _fields_at(section, loc[1:-1])
-            )
-            message = f"unknown key {loc[-1]!r}{did_you_mean(loc[-1], valid)}; valid: " + (
-                one_of(valid) if valid else "none"
-            )
-        elif e["type"] == "missing":
-            message = "is required"
-        elif e["type"] == "union_tag_invalid":
-            message = f"unknown type {value.get('type')!r}; valid: {one_of(_SCHEDULERS)}"
-            field = field.rsplit(".", 1)[0] + ".type" if field else "type"
-        elif e["type"] == "union_tag_not_found":
-            message = f"needs a type: one of {one_of(_SCHEDULERS)}"
-        else:
-            text = e["msg"].removeprefix("Value error, ")
-            shown = "" if isinstance(value, dict) else f"{value!r}: "
-            message = f"{shown}{text}"
-        problems.append(Problem(file, field, message))
-    return problems
-
-
-_SCHEDULERS: dict[str, type[BaseModel]] = {
-    "pbt": PbtSection,
-    "pb2": Pb2Section,
-    "asha": AshaSection,
-    "fifo": FifoSection,
-    "replay": ReplaySection,
-}
-
-
-def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
-    """The valid keys of the section at ``loc`` (for did-you-mean on unknown keys)."""
-    current: Any = model
-    parts = iter(loc)
-    for part in parts:
-        fields = getattr(current, "model_fields", None)
-        if not fields or part not in fields:
-            return []
-        annotation = fields[part].annotation
-        current = _model_in(annotation)
-        if current is None:
-            return []
-        if getattr(annotation, "__origin__", None) in (dict, list):
-            next(parts, None)  # a key of the mapping (a parameter name) or an index
-    fields = getattr(current, "model_fields", {})
-    names = set(fields) | {f.alias for f in fields.values() if f.alias}
-    return sorted(names)
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    """Reads, overrides and validates one experiment file (the schema only; see resolve)."""
-    file = Path(path)
-    raw = read_yaml(file)
-    if not isinstance(raw, dict):
-        raise ExperimentError.single(
-            str(file), "", f"must be a mapping of sections, got {type(raw).__name__}"
-        )
-    raw = apply_overrides(raw, overrides or [], str(file))
-    try:
-        return Experiment.model_validate(raw)
-    except ValidationError as err:
-        raise ExperimentError(_problems_from(err, str(file), Experiment)) from None

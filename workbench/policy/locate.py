@@ -13,7 +13,7 @@ from mlflow.entities import Metric, RunTag
 
 from workbench.analysis.populations import Population, find_population, find_trial, populations
 from workbench.errors import ExperimentError
-from workbench.experiment.schema import load_experiment
+from workbench.experiment.loading import load_experiment
 from workbench.names import (
     EVAL_METRIC_PREFIX,
     EVAL_TAG_PREFIX,

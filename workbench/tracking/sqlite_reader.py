@@ -13,8 +13,8 @@ What it answers, as MLflow's SqlAlchemyStore does: active experiments (newest fi
 runs only in searches (``get_run`` finds a deleted one too); a run's metrics are its latest values
 (``latest_metrics``), NaN where MLflow stored ``is_nan``; runs ordered by start time,
 newest first, then run id; filters are tag comparisons (``tags.`key` = 'value'``,
-``LIKE``, case-sensitive, in sqlite's own words, as MLflow's query puts them) joined by ``and``, the only
-filters the workbench writes.
+``LIKE``, case-sensitive, in sqlite's own words, as MLflow's query puts them) joined by
+``and``, the only filters the workbench writes.
 """
 
 from __future__ import annotations
