@@ -135,13 +135,14 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
 
 
 def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
-    # PB2 (the derived numeric space) and random search (the ASHA file turned FIFO):
-    # the two arms whose experiment is not a file as it stands.
+    # PB2, whose experiment is not a file as it stands (the derived numeric space); the
+    # other arms' experiments are built without running in tests/unit/test_benchmark_arms.py,
+    # and random search runs end to end in the shoot-out's reports.
     result = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "time_to_target.py"),
-            *("--quick", "--arms", "pb2,random"),
+            *("--quick", "--arms", "pb2"),
         ],
         capture_output=True,
         text=True,
@@ -151,7 +152,7 @@ def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
-    assert [row.split("|")[2].strip() for row in rows] == ["pb2", "random"]
+    assert [row.split("|")[2].strip() for row in rows] == ["pb2"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2] == "0"  # exit status
