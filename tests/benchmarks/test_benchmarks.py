@@ -279,9 +279,11 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
     parts = runs["parts"][0]
     assert parts["learner"] == "LeanPPOTorchLearner" and parts["batch"] == 2048
     assert parts["ceiling"] > 0 and parts["env_rate"] > parts["ceiling"] / 2
+    # 2 trials x 2 iterations; RLlib's runner may finish a sample a few steps past the batch.
+    assert runs["workbench"][0]["env_steps"] == 2 * 2 * 2048
+    assert 2 * 2 * 2048 <= runs["rllib"][0]["env_steps"] <= 2 * 2 * (2048 + 64)
     for arm in ("workbench", "rllib"):
         figures = runs[arm][0]
-        assert figures["env_steps"] == 2 * 2 * 2048, arm  # 2 trials x 2 iterations
         assert 0 < figures["outside"] < 1 and figures["rate"] > 0
     assert 0 < runs["workbench"][0]["learner"] < 1
 

@@ -91,6 +91,9 @@ def test_ctrl_c_three_times_then_resumes_on_its_budget_and_past_it(tmp_path: Pat
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
     assert runs and not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+    assert {r.info.run_name: r.info.status for r in runs}["pop"] == "KILLED"
+    assert "workbench resume" in out + err
+    run_ids = {r.info.run_name: r.info.run_id for r in runs}
     # The population can go on: the folder is whole enough to resume.
     results_dir = tmp_path / "results" / "pop"
     assert (results_dir / "tuner.pkl").is_file()
@@ -117,7 +120,14 @@ def test_ctrl_c_three_times_then_resumes_on_its_budget_and_past_it(tmp_path: Pat
     assert {r.info.status for r in runs} == {"FINISHED"}, [
         (r.info.run_name, r.info.status) for r in runs
     ]
+    # The same runs, each trial's results stepped 1..n without a gap or a repeat.
+    assert {r.info.run_name: r.info.run_id for r in runs} == run_ids, "new runs opened"
     trials = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
+    for trial in trials:
+        steps = sorted(
+            m.step for m in client.get_metric_history(trial.info.run_id, "training_iteration")
+        )
+        assert steps == list(range(1, len(steps) + 1)), trial.info.run_name
     assert any(EVAL_RETURN_METRIC in r.data.metrics for r in trials)
     iterations = {r.info.run_name: r.data.metrics["training_iteration"] for r in trials}
     results = _results_logged(client, trials)

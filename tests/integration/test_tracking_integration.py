@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -158,79 +156,6 @@ def test_pbt_population_in_mlflow(tmp_path: Path, pbt_population: SimpleNamespac
     detail = json.loads(shown.stdout)
     assert detail["ancestry"][-1]["name"] == best["name"]
     assert detail["ancestry"][-1]["last_iteration"] == best["iteration"]
-
-
-def test_an_interrupted_population_resumes_into_the_same_runs(tmp_path: Path) -> None:
-    experiment = _experiment(
-        tmp_path,
-        population=2,
-        stop={"iterations": 14},
-        scheduler={"type": "pbt", "perturbation_interval": 2, "quantile_fraction": 0.5},
-        # Iterations of about a second: with 256 env steps (0.3 s) the population
-        # could finish before the Ctrl-C reached Tune.
-        training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
-    )
-    uri = f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}"
-    driver = subprocess.Popen(
-        [WORKBENCH, "run", str(experiment), "--name", "pop"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            counts = count_results(tmp_path / "results" / "mlflow.db")
-            if len(counts) == 2 and min(counts.values()) >= 3:
-                break
-            assert driver.poll() is None, driver.communicate()[0][-3000:]
-            time.sleep(0.5)
-        else:
-            pytest.fail("the population never got going")
-        driver.send_signal(signal.SIGINT)  # Ctrl-C: Tune saves its state and stops
-        out = driver.communicate(timeout=180)[0]
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-    assert driver.returncode == 130, out[-3000:]
-    assert "workbench resume" in out
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("pop")
-    before = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
-    assert len(before) == 3
-    assert before["pop"].info.status == "KILLED"
-    assert not any(r.info.status == "RUNNING" for r in before.values())
-
-    resumed = subprocess.run(
-        [WORKBENCH, "resume", str(tmp_path / "results" / "pop")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    after = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
-    assert {k: r.info.run_id for k, r in after.items()} == {
-        k: r.info.run_id for k, r in before.items()
-    }, "the resume opened new runs"
-    assert all(r.info.status == "FINISHED" for r in after.values())
-    for name, found in after.items():
-        if name == "pop":
-            continue
-        history = _steps(client, found.info.run_id, "training_iteration")
-        steps = [s for s, _ in history]
-        assert steps == list(range(1, len(steps) + 1)), name  # strictly increasing
-        assert history[-1][1] == 14  # reached its stop rule
-    again = subprocess.run(
-        [WORKBENCH, "resume", str(tmp_path / "results" / "pop")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert again.returncode == 0 and "nothing to resume" in again.stdout
 
 
 def test_a_tracking_server_outage_loses_nothing(
