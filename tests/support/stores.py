@@ -25,6 +25,20 @@ from workbench.names import (
 )
 from workbench.tracking.store import client_for
 
+# PPO_00001 cloned PPO_00000's weights at iteration 1 and went on with lr 0.2.
+EXPLOIT = {
+    "seq": 0,
+    "time": 1.0,
+    "target": "abc_00001",
+    "target_name": "PPO_00001",
+    "source": "abc_00000",
+    "source_name": "PPO_00000",
+    "target_iteration": 1,
+    "source_iteration": 1,
+    "old": {"lr": 0.3},
+    "new": {"lr": 0.2},
+}
+
 
 @dataclass
 class Store:

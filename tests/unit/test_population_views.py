@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.stores import Store, new_store
+from tests.support.stores import EXPLOIT, Store, new_store
 from workbench.analysis.populations import (
     Population,
     PopulationLineage,
@@ -39,20 +39,6 @@ from workbench.names import (
 )
 from workbench.tracking.population_summary import log_population_result
 from workbench.trial.candidates import PopulationResult
-
-# PPO_00001 cloned PPO_00000's weights at iteration 1 and went on with lr 0.2.
-EXPLOIT = {
-    "seq": 0,
-    "time": 1.0,
-    "target": "abc_00001",
-    "target_name": "PPO_00001",
-    "source": "abc_00000",
-    "source_name": "PPO_00000",
-    "target_iteration": 1,
-    "source_iteration": 1,
-    "old": {"lr": 0.3},
-    "new": {"lr": 0.2},
-}
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.stores import Store, new_store
+from tests.support.stores import EXPLOIT, Store, new_store
 from workbench.analysis.populations import (
     find_population,
     population_lineage,
@@ -29,19 +29,6 @@ from workbench.names import (
 from workbench.tracking import sqlite_reader
 from workbench.tracking.sqlite_reader import RunNotFound, SqliteReader, readable
 from workbench.tracking.store import read_client
-
-EXPLOIT = {
-    "seq": 0,
-    "time": 1.0,
-    "target": "abc_00001",
-    "target_name": "PPO_00001",
-    "source": "abc_00000",
-    "source_name": "PPO_00000",
-    "target_iteration": 1,
-    "source_iteration": 1,
-    "old": {"lr": 0.3},
-    "new": {"lr": 0.2},
-}
 
 
 @pytest.fixture(scope="module")

@@ -236,7 +236,7 @@ class SqliteReader:
             # sqlite's own comparison, as MLflow's query runs it.
             where += f" AND run_uuid IN (SELECT run_uuid FROM tags WHERE key = ? AND value {op} ?)"
             args += (key, value)
-        return self._runs(where, args)[:max_results]
+        return self._runs(where, args, limit=max_results)
 
     def list_artifacts(self, run_id: str, path: str | None = None) -> list[Any]:
         return list(artifact_repository(self._artifact_uri(run_id)).list_artifacts(path))
@@ -260,12 +260,13 @@ class SqliteReader:
         )
         return [Metric(r[0], _number(r[1], r[2]), int(r[3]), int(r[4])) for r in rows]
 
-    def _runs(self, where: str, args: tuple[Any, ...]) -> list[Run]:
+    def _runs(self, where: str, args: tuple[Any, ...], limit: int = -1) -> list[Run]:
+        # Only the runs returned have their tags, params and metrics read.
         rows = self._db.execute(
             "SELECT run_uuid, name, experiment_id, status, start_time, end_time, "
             "lifecycle_stage, artifact_uri FROM runs "
-            f"WHERE {where} ORDER BY start_time IS NULL, start_time DESC, run_uuid",
-            args,
+            f"WHERE {where} ORDER BY start_time IS NULL, start_time DESC, run_uuid LIMIT ?",
+            (*args, limit),
         ).fetchall()
         if not rows:
             return []
