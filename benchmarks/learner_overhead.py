@@ -410,7 +410,12 @@ def ppo_train(rounds: int, out: dict[str, Any]) -> None:
 
 
 def dqn_updates(
-    rounds: int, out: dict[str, Any], networks: list[str], minibatches: list[int]
+    rounds: int,
+    out: dict[str, Any],
+    networks: list[str],
+    minibatches: list[int],
+    *,
+    warm_trains: int = 20,
 ) -> None:
     from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
@@ -438,7 +443,7 @@ def dqn_updates(
         algo = build(config)
         lean_algo = build(copy.deepcopy(config).learners(learner_class=LeanDQNTorchLearner))
         try:
-            for _ in range(20):
+            for _ in range(warm_trains):  # fills the replay buffer (1,000 env steps each)
                 algo.train()
             learners = {
                 "rllib": algo.learner_group._learner,
@@ -591,6 +596,11 @@ def main(argv: list[str] | None = None) -> int:
         "--minibatches", default=",".join(map(str, MINIBATCHES)), help="minibatch sizes"
     )
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run (the test): DQN's replay buffer filled by 2 train() calls, not 20",
+    )
     args = parser.parse_args(argv)
     networks = [n.strip() for n in args.networks.split(",") if n.strip()]
     if set(networks) - set(NETWORKS):
@@ -617,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
             ppo_updates(args.rounds, out, networks, minibatches)
         ppo_train(args.rounds, out)
         if args.dqn:
-            dqn_updates(args.rounds, out, networks, minibatches)
+            dqn_updates(
+                args.rounds, out, networks, minibatches, warm_trains=2 if args.quick else 20
+            )
         where_the_time_goes(out)
     finally:
         print(f"\nload average {os.getloadavg()[0]:.2f} at the end")

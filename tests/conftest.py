@@ -35,16 +35,6 @@ TIER_MARKERS: dict[str, tuple[str, ...]] = {
 TESTS = Path(__file__).parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if TESTS not in item.path.parents:
-            continue  # a test from a path outside tests/
-        folder = item.path.relative_to(TESTS).parts[0]
-        for marker in TIER_MARKERS.get(folder, ()):
-            item.add_marker(marker)
-
-
 # Under pytest-xdist (`make test`: -n 2 --dist loadfile) a test file runs whole on one
 # worker, so its module fixtures (a Ray, a store) are made once. The files that use the
 # shared PBT population below run on one worker too: each worker would train its own.
@@ -56,11 +46,36 @@ SHARED_POPULATION_FILES = frozenset(
 )
 
 
+def _start_order(item: pytest.Item) -> int:
+    """The longest work first: the files sharing the PBT population (the largest unit of
+    work), then the other slow files, then the quick ones. The workers share files out in
+    this order, so the seconds-long quick files fill in at the end, and neither worker is
+    left alone with a minutes-long file while the other idles."""
+    if item.nodeid.split("::", 1)[0] in SHARED_POPULATION_FILES:
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TESTS not in item.path.parents:
+            continue  # a test from a path outside tests/
+        folder = item.path.relative_to(TESTS).parts[0]
+        for marker in TIER_MARKERS.get(folder, ()):
+            item.add_marker(marker)
+    items.sort(key=_start_order)  # stable: a file's tests stay together and in order
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # In the order collected (above), not pytest-xdist's default of the files with the
+    # most tests first, which left the slow files of one or two tests to the end.
+    config.option.loadscopereorder = False
 
     class ByFile(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:

@@ -192,12 +192,12 @@ def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None
 
 
 def _shootout(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The shoot-out's --quick run of PBT and ASHA+Optuna with `args`; it must succeed."""
+    """The shoot-out's --quick run of ASHA+Optuna with `args`; it must succeed."""
     result = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "scheduler_shootout.py"),
-            *("--quick", "--arms", "pbt,asha_optuna", *args),
+            *("--quick", "--arms", "asha_optuna", *args),
         ],
         capture_output=True,
         text=True,
@@ -210,13 +210,15 @@ def _shootout(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -> None:
-    # Two arms of the four (PBT and ASHA+Optuna: a population-based one and the one whose
-    # searcher must cope with results that carry no score yet), on MountainCar, kept under
-    # --root so that a second sitting finds them done.
+    # One arm of the four, ASHA+Optuna: its searcher must cope with results that carry no
+    # score yet, and its members stop early, so the table and the curve read uneven runs.
+    # The other arms' experiments are built without running in
+    # tests/unit/test_benchmark_arms.py; PBT and PB2 populations run in tests/integration.
+    # On MountainCar, kept under --root so that a second sitting finds it done.
     png, root = tmp_path / "curve.png", tmp_path / "runs"
     result = _shootout(tmp_path, "--plot", str(png), "--root", str(root))
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
-    assert [row.split("|")[3].strip() for row in rows] == ["pbt", "asha_optuna"]
+    assert [row.split("|")[3].strip() for row in rows] == ["asha_optuna"]
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[1] == "development" and cells[3] == "0"  # seed set, exit status
@@ -234,14 +236,11 @@ def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -
         assert float(cells[11].replace(",", "")) > 0  # the evaluations' env steps
     assert "| arm | runs | result: median |" in result.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in root.glob("*.measure.json")) == [
-        "asha_optuna-seed0.measure.json",
-        "pbt-seed0.measure.json",
-    ]
+    assert sorted(p.name for p in root.glob("*.measure.json")) == ["asha_optuna-seed0.measure.json"]
 
     # A second sitting runs nothing again; re-measuring reads the kept runs the same way.
     again = _shootout(tmp_path, "--root", str(root))
-    assert again.stdout.count("done in an earlier sitting") == 2
+    assert again.stdout.count("done in an earlier sitting") == 1
     assert [line for line in again.stdout.splitlines() if line.startswith("| 0 |")] == rows
     measured = _shootout(tmp_path, "--measure-again", str(root))
     assert "measured again from" in measured.stdout

@@ -18,7 +18,7 @@ def test_learner_overhead_reports_every_arm_and_where_the_time_goes(tmp_path: Pa
             sys.executable,
             str(ROOT / "benchmarks" / "learner_overhead.py"),
             *("--rounds", "1", "--networks", "small_env", "--minibatches", "256"),
-            *("--dqn", "--json", str(out)),
+            *("--dqn", "--quick", "--json", str(out)),
         ],
         capture_output=True,
         text=True,
