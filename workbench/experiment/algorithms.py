@@ -3,23 +3,23 @@
 Users write RLlib's public names (those of ``AlgorithmConfig.training(...)``, such as
 ``train_batch_size_per_learner`` or ``lambda_``). Tune's param_space is the config's
 ``to_dict()``, where some of them live under other keys (``_train_batch_size_per_learner``,
-``lambda``): PBT mutations and PB2 bounds must use those. The mapping is read off RLlib
-itself (set a probe value through ``training()`` and see which attribute holds it), not
-re-derived here.
+``lambda``): PBT mutations and PB2 bounds must use those. The names and the mapping are
+read off RLlib itself by tools/write_rllib_names.py into ``rllib_names``, so that checking
+an experiment does not import RLlib (a test fails when the table and RLlib part).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
-
-from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+from typing import TYPE_CHECKING
 
 from workbench.errors import did_you_mean
+from workbench.experiment import rllib_names
+
+if TYPE_CHECKING:
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,6 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
     )
 }
 
-# Tune reads these renames off AlgorithmConfig.to_dict().
 # The algorithms workbench.fast_runner.FastEnvRunner samples for: their env runners
 # feed RLlib's default connectors and modules that output action distribution inputs.
 FAST_RUNNER_ALGORITHMS = ("PPO", "APPO", "IMPALA")
@@ -53,8 +52,6 @@ FAST_RUNNER_ALGORITHMS = ("PPO", "APPO", "IMPALA")
 # The algorithms the workbench has a lean learner for (workbench.trial.lean_learner: PPO,
 # workbench.trial.lean_dqn: DQN).
 LEAN_LEARNER_ALGORITHMS = ("PPO", "DQN")
-
-_TO_DICT_RENAMES = {"lambda_": "lambda", "input_": "input"}
 
 # Other libraries' names for RLlib's hyperparameters, for users who bring settings from
 # them: the name -> (RLlib's names it may mean, the library that spells it so). The first
@@ -85,45 +82,23 @@ def hyperparameter_hint(name: str, valid: Iterable[str]) -> str:
     return did_you_mean(name, choices)
 
 
-_NOT_HYPERPARAMETERS = {"self", "kwargs"}
-
-
 def config_class(name: str) -> type[AlgorithmConfig]:
+    """The algorithm's RLlib config class (imports RLlib)."""
     info = ALGORITHMS[name]
     cls: type[AlgorithmConfig] = getattr(importlib.import_module(info.module), info.config_class)
     return cls
 
 
-@cache
 def training_parameters(name: str) -> frozenset[str]:
     """Every keyword ``config.training()`` of this algorithm accepts (through its bases)."""
-    names: set[str] = set()
-    for klass in config_class(name).__mro__:
-        method = klass.__dict__.get("training")
-        if method is not None:
-            names.update(inspect.signature(method).parameters)
-    return frozenset(names - _NOT_HYPERPARAMETERS)
+    return rllib_names.TRAINING_PARAMETERS[name]
 
 
-class _Probe:
-    """A value no setter would invent: found again by identity."""
-
-
-@cache
 def tune_key(name: str, parameter: str) -> str:
     """The key of ``parameter`` in Tune's param_space (``to_dict()``) for this algorithm."""
-    config = config_class(name)()
-    probe = _Probe()
-    overrides: dict[str, Any] = {parameter: probe}
-    config.training(**overrides)
-    for attr, value in vars(config).items():
-        if value is probe:
-            return _TO_DICT_RENAMES.get(attr, attr)
-    # The setter transformed the value (merged a dict, for instance): same name.
-    return _TO_DICT_RENAMES.get(parameter, parameter)
+    return rllib_names.TUNE_KEYS[name].get(parameter, parameter)
 
 
-def default_value(name: str, parameter: str) -> Any:
-    """The algorithm's default for a training parameter (read from a fresh config)."""
-    key = tune_key(name, parameter)
-    return config_class(name)().to_dict().get(key)
+def default_train_batch(name: str) -> int:
+    """The train batch per learner of a trial whose file sets none."""
+    return rllib_names.TRAIN_BATCH_DEFAULTS[name]

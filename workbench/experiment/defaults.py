@@ -16,12 +16,12 @@ slower per env step (docs/benchmarks/continuous-parity.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
+from workbench.experiment import rllib_names
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
 
 SMALL_ENV_ALGORITHMS = FAST_RUNNER_ALGORITHMS  # on-policy, with RLlib's default MLP modules
@@ -75,8 +75,8 @@ def observation_features(space: gym.Space[Any]) -> int | None:
 
 
 def model_fields() -> list[str]:
-
-    return [f.name for f in fields(DefaultModelConfig)]
+    """The fields of RLlib's DefaultModelConfig: what a model section may set."""
+    return list(rllib_names.MODEL_FIELDS)
 
 
 def small_env_applies(
@@ -115,8 +115,8 @@ def choose(
     """The defaults for an experiment. `wanted` is its ``defaults`` field (auto,
     small_env, rllib), `discrete_actions` whether its env's actions are discrete,
     `model` its ``model`` section, `fixed` its ``training`` section and `searched` the
-    names its search space varies. resolve.py has already refused small_env where it
-    cannot apply (algorithms other than SMALL_ENV_ALGORITHMS)."""
+    names its search space varies. combination_checks.check_model has already refused
+    small_env where it cannot apply (algorithms other than SMALL_ENV_ALGORITHMS)."""
     unfit = small_env_applies(algorithm, observation_space, discrete_actions)
     if wanted == "rllib":
         return Defaults("rllib", "the file asks for them", model=dict(model))

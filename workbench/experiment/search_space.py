@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
-from ray import tune
 
 Kind = Literal["uniform", "loguniform", "quniform", "qloguniform", "randint", "choice", "grid"]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
@@ -98,6 +97,8 @@ class ParamSpec(BaseModel):
 
     def domain(self) -> Any:
         """The initial distribution, as Tune takes it in a param_space."""
+        from ray import tune  # here: checking an experiment does not import Tune (1 s)
+
         kind, v = self.kind, getattr(self, self.kind)
         if kind == "uniform":
             return tune.uniform(v[0], v[1])
@@ -118,6 +119,8 @@ class ParamSpec(BaseModel):
         if self.categorical:
             return list(getattr(self, self.kind))
         if self.kind == "randint":
+            from ray import tune
+
             return tune.randint(self.randint[0], self.randint[1] + 1)  # type: ignore[index]
         return self.domain()
 
