@@ -143,3 +143,28 @@ def test_an_ended_population_leaves_no_trial_running_in_its_study(tmp_path: Path
     assert [(t.state.name, t.value) for t in study.trials] == [("COMPLETE", 10.0), ("PRUNED", 7.0)]
     assert close_study(folder, "pop") == 0
     assert close_study(tmp_path / "no-study", "pop") == 0
+
+
+def test_the_study_names_hyperparameters_as_the_experiment_file_does(tmp_path: Path) -> None:
+    # Tune's param_space keys RLlib's to_dict() names (`lambda`, a leading underscore);
+    # the study, which users open in optuna-dashboard, keeps the names they wrote.
+    space = {
+        "lambda": tune.uniform(0.9, 0.99),
+        "_train_batch_size_per_learner": tune.choice([1024, 2048]),
+        "lr": tune.loguniform(1e-4, 1e-2),
+        "gamma": 0.99,  # fixed: not the study's
+    }
+    names = {"lambda": "lambda_", "_train_batch_size_per_learner": "train_batch_size_per_learner"}
+    folder = tmp_path / "pop"
+    folder.mkdir()
+    searcher = StudySearch(folder, "pop", metric="score", mode="max", seed=0, names=names)
+    searcher.set_search_properties("score", "max", space)
+    suggested = searcher.suggest("t1")
+    assert set(suggested) == {"lambda", "_train_batch_size_per_learner", "lr"}
+    study = optuna.load_study(study_name="pop", storage=study_url(folder))
+    (trial,) = study.trials
+    assert trial.params == {
+        "lambda_": suggested["lambda"],
+        "train_batch_size_per_learner": suggested["_train_batch_size_per_learner"],
+        "lr": suggested["lr"],
+    }

@@ -124,6 +124,7 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
             mode="max",
             seed=seed,
             n_startup_trials=exp.search.startup_trials,
+            names={key: name for name, key in resolved.tune_keys.items() if key != name},
         )
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         mode: str,
         seed: int | None,
         n_startup_trials: int = 10,
+        names: Mapping[str, str] | None = None,
     ) -> None:
         # A folder not there yet (`workbench run --dry-run` draws the trials before any
         # is made) keeps the study in memory: the searcher writes no folder of its own.
@@ -60,6 +62,19 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         super().__init__(
             metric=metric, mode=mode, sampler=sampler, study_name=study_name, storage=storage
         )
+        # Tune's param_space spells some hyperparameters as RLlib's to_dict() does
+        # (``lambda``, ``_train_batch_size_per_learner``); the study names them as the
+        # experiment file, `workbench show` and MLflow do (``lambda_``). Tune's key ->
+        # the user's name, for the searched ones that differ.
+        self._names = dict(names or {})
+
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
+    ) -> bool:
+        """Ray's, over a param_space whose searched keys carry the user's names."""
+        renamed = {k: v for k, v in config.items() if k not in self._names}
+        renamed.update({self._names[k]: config[k] for k in self._names if k in config})
+        return bool(super().set_search_properties(metric, mode, renamed, **spec))
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate scores for Optuna's pruners; a result without one (no episode has
@@ -76,7 +91,10 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
         trial = self._ot_trials.get(trial_id)
         if trial is not None and self._storage is not None:
             trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
-        return config
+        if not isinstance(config, dict):
+            return config  # None, or Ray's FINISHED marker
+        keys = {name: key for key, name in self._names.items()}  # back to Tune's keys
+        return {keys.get(k, k): v for k, v in config.items()}
 
     def save(self, checkpoint_path: str) -> None:
         """What the study's database does not hold: no storage and no study (their URL
