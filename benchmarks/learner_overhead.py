@@ -228,7 +228,7 @@ def timed_update(learner: Any, episodes: list[Any], epochs: int, minibatch: int)
 
 
 def minibatch_count(rows: int, minibatch: int, epochs: int) -> int:
-    from workbench.trial.lean_learner import minibatch_plan
+    from workbench.trial.minibatch_plan import minibatch_plan
 
     return len(minibatch_plan(rows, minibatch, epochs, True))
 

@@ -37,6 +37,10 @@ ALLOWED: tuple[str, ...] = (
     # RLlib and Tune replacements that run inside a trial (below tune_ext in the layers).
     "trial/fast_runner.py",
     "trial/lean_learner.py",
+    "trial/lean_common.py",
+    "trial/ppo_loss.py",
+    "trial/clip_schedule.py",
+    "trial/weight_sync.py",
     "trial/lean_dqn.py",
     "trial/observation_filter.py",
     "trial/callbacks.py",

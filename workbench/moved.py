@@ -33,7 +33,12 @@ MOVED: dict[str, tuple[str, ...]] = {
     ),
     "workbench.export": ("workbench.policy.export",),
     "workbench.fast_runner": ("workbench.trial.fast_runner",),
-    "workbench.inspection": ("workbench.analysis.populations", "workbench.tracking.store"),
+    "workbench.inspection": (
+        "workbench.analysis.populations",
+        "workbench.analysis.leaderboards",
+        "workbench.analysis.histories",
+        "workbench.tracking.store",
+    ),
     "workbench.launch": (
         "workbench.trial.trainable",
         "workbench.run.launch",

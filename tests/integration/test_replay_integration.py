@@ -50,12 +50,8 @@ def population(
 def test_the_exported_schedule_is_the_lineage_stitched_schedule(
     population: dict[str, Any],
 ) -> None:
-    from workbench.analysis.populations import (
-        find_population,
-        find_trial,
-        lineage_records,
-        trial_ancestry,
-    )
+    from workbench.analysis.histories import lineage_records, trial_ancestry
+    from workbench.analysis.populations import find_population, find_trial
     from workbench.tracking.store import client_for
 
     uri = f"sqlite:///{population['store']}"

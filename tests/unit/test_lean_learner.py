@@ -25,14 +25,10 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 from ray.rllib.utils.minibatch_utils import MiniBatchCyclicIterator
 
 from tests.support.learners import MODULE, comparable, flat, learner, max_difference, weights
-from workbench.trial.lean_learner import (
-    CLIP_SCHEDULE_KEY,
-    CURRENT_CLIP_PARAM_KEY,
-    LEAN_KEY,
-    LeanPPOTorchLearner,
-    install_lean_weight_sync,
-    minibatch_plan,
-)
+from workbench.trial.clip_schedule import CLIP_SCHEDULE_KEY, CURRENT_CLIP_PARAM_KEY
+from workbench.trial.lean_common import LEAN_KEY
+from workbench.trial.lean_learner import LeanPPOTorchLearner, install_lean_weight_sync
+from workbench.trial.minibatch_plan import minibatch_plan
 
 BATCH, MINIBATCH, EPOCHS = 512, 128, 3
 

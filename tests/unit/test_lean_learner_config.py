@@ -14,9 +14,10 @@ from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 from tests.support.bad_files import problem_about, rejected
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.experiment.resolve import load_and_resolve
+from workbench.trial.clip_schedule import CLIP_SCHEDULE_KEY
 from workbench.trial.config import algorithm_config
 from workbench.trial.lean_dqn import LeanDQNTorchLearner
-from workbench.trial.lean_learner import CLIP_SCHEDULE_KEY, LeanPPOTorchLearner
+from workbench.trial.lean_learner import LeanPPOTorchLearner
 
 DECAY = [[0, 0.2], [100_000, 0.0]]
 

@@ -1,6 +1,7 @@
-"""What the inspection commands print, built in `workbench.analysis.populations` from a
-small real sqlite store: a population and its leaderboard as JSON, one trial in detail,
-a population's lineage, and the population a `workbench diagnose` TARGET means."""
+"""What the inspection commands print, built in `workbench.analysis` (`populations`,
+`leaderboards`, `histories`) from a small real sqlite store: a population and its
+leaderboard as JSON, one trial in detail, a population's lineage, and the population a
+`workbench diagnose` TARGET means."""
 
 from __future__ import annotations
 
@@ -11,17 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.stores import EXPLOIT, Store, new_store
-from workbench.analysis.populations import (
-    Population,
-    PopulationLineage,
-    find_population,
-    find_target,
-    leaderboard,
-    population_lineage,
-    populations,
-    result_of,
-    trial_detail,
-)
+from workbench.analysis.histories import PopulationLineage, population_lineage, trial_detail
+from workbench.analysis.leaderboards import Population, leaderboard
+from workbench.analysis.populations import find_population, find_target, populations, result_of
 from workbench.cli.format import mean_std
 from workbench.errors import ExperimentError
 from workbench.names import (

@@ -317,7 +317,7 @@ def test_the_schedulers_read_tunes_controller_without_its_restricted_api_warning
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from workbench.tune_ext.pbt import drop_stop_cached_by_pause
+    from workbench.tune_ext.pbt_pauses import drop_stop_cached_by_pause
     from workbench.tune_ext.scheduler_state import controller_of
 
     controller = SimpleNamespace(

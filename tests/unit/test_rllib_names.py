@@ -59,7 +59,16 @@ def test_the_tool_says_when_the_table_is_out_of_date(tmp_path: Path) -> None:
     assert stale.read_text() == tool.render()
 
 
-def test_validate_imports_neither_rllib_torch_nor_tune() -> None:
+def test_validate_imports_neither_rllib_torch_nor_tune(tmp_path: Path) -> None:
+    # The shipped experiments, and one that leaves the train batch to RLlib's default
+    # (the minibatch check reads it) and names a model field.
+    unset = tmp_path / "unset_batch.yaml"
+    unset.write_text(
+        "name: unset_batch\nalgorithm: PPO\nenv: {id: sim_ext/CartPole-v1}\npopulation: 2\n"
+        "model: {fcnet_hiddens: [32, 32]}\n"
+        "search_space: {params: {minibatch_size: {choice: [64, 128]}}}\n"
+        "stop: {iterations: 2}\n"
+    )
     probe = (
         "import json, sys\n"
         "from workbench.cli.main import main\n"
@@ -68,9 +77,10 @@ def test_validate_imports_neither_rllib_torch_nor_tune() -> None:
         " or m.startswith(('ray.rllib', 'ray.tune')))\n"
         "print(json.dumps({'code': code, 'heavy': heavy[:5]}))\n"
     )
-    for experiment in ("cartpole_pbt.yaml", "cartpole_dqn.yaml", "pendulum_pb2.yaml"):
+    shipped = [ROOT / "experiments" / f for f in ("cartpole_pbt.yaml", "cartpole_dqn.yaml")]
+    for experiment in [*shipped, ROOT / "experiments" / "pendulum_pb2.yaml", unset]:
         result = subprocess.run(
-            [sys.executable, "-c", probe, str(ROOT / "experiments" / experiment)],
+            [sys.executable, "-c", probe, str(experiment)],
             capture_output=True,
             text=True,
             timeout=120,

@@ -203,7 +203,7 @@ def test_an_exploited_trial_that_was_saving_is_paused_not_stopped() -> None:
     from ray.tune.experiment import Trial
     from ray.tune.schedulers import TrialScheduler
 
-    from workbench.tune_ext.pbt import drop_stop_cached_by_pause
+    from workbench.tune_ext.pbt_pauses import drop_stop_cached_by_pause
 
     trial = SimpleNamespace(trial_id="t1", status=Trial.PAUSED)
     controller = SimpleNamespace(_cached_trial_decisions={"t1": TrialScheduler.STOP, "t2": "x"})
@@ -289,7 +289,7 @@ def test_an_exploited_trials_next_snapshot_names_the_donors_checkpoint(tmp_path:
 
     from ray.train._internal.session import _TrainingResult
 
-    from workbench.tune_ext.pbt import NoStopAfterSave
+    from workbench.tune_ext.pbt_pauses import NoStopAfterSave
 
     target = _stored_trial(tmp_path, {"lr": 1e-3})
     own = Checkpoint(str(tmp_path / "own"))

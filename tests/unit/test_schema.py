@@ -739,7 +739,7 @@ def test_an_env_whose_package_is_missing_is_one_problem_naming_the_extra(
             '`pip install "gymnasium[box2d]"`'
         )
 
-    monkeypatch.setattr("workbench.experiment.resolve.gym.make", make)
+    monkeypatch.setattr("workbench.experiment.env_checks.gym.make", make)
     data = tiny_ppo(tmp_path, env={"id": "LunarLanderContinuous-v3"})
     file = write_experiment(tmp_path, data)
     with pytest.raises(ExperimentError) as caught:

@@ -12,12 +12,8 @@ from typing import Any
 import pytest
 
 from tests.support.stores import EXPLOIT, Store, new_store
-from workbench.analysis.populations import (
-    find_population,
-    population_lineage,
-    populations,
-    trial_detail,
-)
+from workbench.analysis.histories import population_lineage, trial_detail
+from workbench.analysis.populations import find_population, populations
 from workbench.names import (
     EVAL_RETURN_METRIC,
     PARENT_RUN_TAG,

@@ -20,13 +20,9 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from workbench.analysis.populations import (
-    Population,
-    TrialRun,
-    find_population,
-    leaderboard,
-    metric_history,
-)
+from workbench.analysis.histories import metric_history
+from workbench.analysis.leaderboards import Population, TrialRun, leaderboard
+from workbench.analysis.populations import find_population
 from workbench.errors import ExperimentError
 from workbench.names import POPULATION_WALL_TIME_METRIC, STEPS_METRIC
 

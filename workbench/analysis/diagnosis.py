@@ -9,7 +9,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.analysis.populations import Population, TrialRun, find_target, metric_histories
+from workbench.analysis.histories import metric_histories
+from workbench.analysis.leaderboards import Population, TrialRun
+from workbench.analysis.populations import find_target
 from workbench.trial.time_split import (
     PREFIX,
     REST_NOTE,

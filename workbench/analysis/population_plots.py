@@ -7,16 +7,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from workbench.analysis.histories import lineage_records, metric_history, trial_ancestry
+from workbench.analysis.leaderboards import Population
 from workbench.analysis.lineage import read_jsonl
 from workbench.analysis.plots import learning_curves, lineage_tree, schedules
-from workbench.analysis.populations import (
-    Population,
-    _population,
-    lineage_records,
-    metric_history,
-    trial_ancestry,
-    trial_runs,
-)
+from workbench.analysis.populations import _population, trial_runs
 from workbench.names import LINEAGE_FILE, PARENT, PLOTS_DIR, RETURN_METRIC, STEPS_METRIC
 
 

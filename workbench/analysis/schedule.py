@@ -2,7 +2,7 @@
 
 PBT's product is a schedule, not one configuration: the final policy of its best trial
 was trained in pieces of several trials (its ancestry), each with its own values.
-`export_schedule` reads that stitched schedule from MLflow (`inspection.trial_ancestry`)
+`export_schedule` reads that stitched schedule from MLflow (`histories.trial_ancestry`)
 and writes a new experiment file whose scheduler is ``{type: replay, schedule: [...]}``:
 one trial trained from scratch that uses, at every Tune iteration, the values the
 winner's ancestry trained that iteration with. `ReplayScheduler` runs it.
@@ -29,13 +29,9 @@ from typing import Any
 
 import yaml
 
+from workbench.analysis.histories import lineage_records, trial_ancestry
 from workbench.analysis.lineage import Schedule, Segment
-from workbench.analysis.populations import (
-    find_population,
-    find_trial,
-    lineage_records,
-    trial_ancestry,
-)
+from workbench.analysis.populations import find_population, find_trial
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve, saved_defaults
 from workbench.experiment.schema import Experiment

@@ -134,7 +134,8 @@ def _dry_run_lines(resolved: Any, *, yaml_too: bool, wide: bool) -> list[str]:
     values (drawn as the run draws them); the resolved experiment as YAML with --yaml."""
     import yaml
 
-    from workbench.experiment.resolve import describe, grid_points
+    from workbench.experiment.resolve import describe
+    from workbench.experiment.search_checks import grid_points
     from workbench.run.dry_run import planned_trials
 
     exp = resolved.experiment

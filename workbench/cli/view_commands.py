@@ -31,13 +31,8 @@ from workbench.tracking.store import resolve_store
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import (
-        find_population,
-        leaderboard,
-        leaderboard_csv,
-        populations,
-        populations_csv,
-    )
+    from workbench.analysis.leaderboards import leaderboard, leaderboard_csv, populations_csv
+    from workbench.analysis.populations import find_population, populations
 
     uri, client = store_of(args)
     ref = population_ref(args)
@@ -116,7 +111,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import metric_value, trial_detail
+    from workbench.analysis.histories import trial_detail
+    from workbench.analysis.leaderboards import metric_value
 
     uri, client = store_of(args)
     detail = trial_detail(client, args.run, args.population, uri)
@@ -168,7 +164,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_lineage(args: argparse.Namespace) -> int:
-    from workbench.analysis.populations import population_lineage
+    from workbench.analysis.histories import population_lineage
 
     uri, client = store_of(args)
     lineage = population_lineage(client, population_ref(args), uri)

@@ -21,7 +21,8 @@ import gymnasium as gym
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.errors import ExperimentError, Problem
-from workbench.experiment.resolve import ResolvedExperiment, grid_points
+from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.search_checks import grid_points
 from workbench.plan.resources import (
     Cluster,
     TrialRequest,

@@ -11,7 +11,8 @@ from typing import Any
 
 from mlflow.entities import Metric, RunTag
 
-from workbench.analysis.populations import Population, find_population, find_trial, populations
+from workbench.analysis.leaderboards import Population
+from workbench.analysis.populations import find_population, find_trial, populations
 from workbench.errors import ExperimentError
 from workbench.experiment.loading import load_experiment
 from workbench.names import (

@@ -19,12 +19,8 @@ from ray.tune.utils import flatten_dict
 
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Problem
-from workbench.experiment.resolve import (
-    ResolvedExperiment,
-    check_results_dir,
-    describe,
-    grid_points,
-)
+from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
+from workbench.experiment.search_checks import grid_points
 from workbench.names import (
     ARTIFACTS_DIR,
     EVAL_RETURN_METRIC,

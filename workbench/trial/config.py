@@ -12,16 +12,14 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 import sim_ext  # noqa: F401  (registers the sim_ext ids in this process)
 from workbench.experiment import envpool_envs
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
+from workbench.experiment.combination_checks import lean_learner_applies
 from workbench.experiment.defaults import Defaults
-from workbench.experiment.resolve import ResolvedExperiment, lean_learner_applies
+from workbench.experiment.resolve import ResolvedExperiment
 from workbench.trial.callbacks import callbacks_class
+from workbench.trial.clip_schedule import CLIP_SCHEDULE_KEY
 from workbench.trial.fast_runner import FastEnvRunner
 from workbench.trial.lean_dqn import LeanDQNTorchLearner
-from workbench.trial.lean_learner import (
-    CLIP_SCHEDULE_KEY,
-    LeanPPOTorchLearner,
-    install_lean_weight_sync,
-)
+from workbench.trial.lean_learner import LeanPPOTorchLearner, install_lean_weight_sync
 from workbench.trial.observation_filter import mean_std_filter
 
 # The learner class of each algorithm in LEAN_LEARNER_ALGORITHMS.

@@ -19,7 +19,7 @@ metrics, optimizer state and checkpoints. It changes two things:
   tests/unit/test_lean_dqn.py checks column by column); anything else goes through the
   pipeline;
 * gradients are checked for NaN/inf once for all tensors and stepped with the fused Adam
-  (``workbench.trial.lean_learner.LeanAdam``), as the lean PPO learner does.
+  (``workbench.trial.lean_common.LeanAdam``), as the lean PPO learner does.
 
 The pipeline's own timers (``learner_connector`` metrics) are not logged on the lean path:
 it does not run.
@@ -56,7 +56,7 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
-from workbench.trial.lean_learner import LEAN_KEY, LeanAdam, notice_once
+from workbench.trial.lean_common import LEAN_KEY, LeanAdam, notice_once
 
 # RLlib 2.60's learner pipeline for DQN with no custom connectors, in order.
 DEFAULT_DQN_PIPELINE = (

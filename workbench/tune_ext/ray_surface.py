@@ -173,6 +173,6 @@ SURFACE: tuple[Private, ...] = (
     Private("optuna.study.Study", "_storage"),
     # --- the workbench's own, shared between its modules in tune_ext ----------------
     Private("workbench.tune_ext.scheduler_state.ResumableScheduler", "_restored"),
-    Private("workbench.tune_ext.pbt.ResumablePBT", "_GLOBAL_FIELDS"),
+    Private("workbench.tune_ext.pbt_state.ResumablePBT", "_GLOBAL_FIELDS"),
     Private("workbench.tune_ext.result_files", "_rows"),
 )

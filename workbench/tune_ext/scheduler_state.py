@@ -21,7 +21,7 @@ def controller_of(tune_controller: Any) -> Any:
     "You are trying to access <name> interface of TrialRunner in TrialScheduler, which is
     being restricted" at the first attribute outside its list; the workbench reads two
     on purpose (the checkpoint manager below, the cached decisions in
-    ``schedulers.drop_stop_cached_by_pause``), through the controller it wraps."""
+    ``pbt_pauses.drop_stop_cached_by_pause``), through the controller it wraps."""
     return getattr(tune_controller, "_tune_controller", tune_controller)
 
 
