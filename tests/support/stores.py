@@ -55,11 +55,17 @@ class Store:
         return str(self.client.create_experiment(name, artifact_location=location))
 
     def population(
-        self, name: str, *, experiment: str = "exp", results_dir: Path | str = ""
+        self,
+        name: str,
+        *,
+        experiment: str = "exp",
+        results_dir: Path | str = "",
+        start_ms: int | None = None,
     ) -> str:
-        """A population's parent run; its run id."""
+        """A population's parent run (started at `start_ms`, else now); its run id."""
         run = self.client.create_run(
             self.experiment(experiment),
+            start_time=start_ms,
             run_name=name,
             tags={
                 ROLE_TAG: "population",

@@ -92,3 +92,77 @@ def test_the_same_population_twice_is_refused(
     assert "same population" in capsys.readouterr().err
     assert main(["compare", "pbt_a", "nope", "--store", two_populations.uri]) == 2
     assert "no population or experiment named 'nope'" in capsys.readouterr().err
+
+
+def test_populations_from_two_stores_side_by_side(
+    two_populations: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A laptop's population beside a cluster's, each in its own store: POPULATION@STORE.
+    cluster = new_store(tmp_path / "cluster-results")
+    c = cluster.population("pbt_a")  # the same name, another population
+    cluster.trial(c, "PPO_00000", metrics={SCORE_METRIC: [50, 60], STEPS_METRIC: [100, 200]})
+    png = tmp_path / "two-stores.png"
+    args = ["compare", "pbt_a", f"pbt_a@{cluster.uri}", "--store", two_populations.uri]
+    assert main([*args, "-o", str(png), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(p["population"], p["store"]) for p in found] == [
+        ("pbt_a", two_populations.uri),
+        ("pbt_a", cluster.uri),
+    ]
+    assert found[1]["curve"] == [[100, 50.0], [200, 60.0]]
+    assert main([*args, "-o", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "store" in out.splitlines()[1]  # the table says which store each row came from
+    assert cluster.uri in out
+    # A results folder names its store as --store does; the same population twice is not.
+    folder = tmp_path / "cluster-results"
+    assert (
+        main(
+            [
+                "compare",
+                "pbt_a@" + str(folder),
+                "asha_b",
+                "--store",
+                two_populations.uri,
+                "-o",
+                str(png),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    same = ["compare", "pbt_a", f"pbt_a@{two_populations.uri}", "--store", two_populations.uri]
+    assert main([*same, "-o", str(png)]) == 2
+    assert "same population" in capsys.readouterr().err
+
+
+def test_wall_clock_curves_and_each_members_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = new_store(tmp_path / "results")
+    started = 1_700_000_000_000
+    population = store.population("timed", start_ms=started)
+    # Member 0 reaches 30 at 20 s; member 1 reaches 40 at 45 s but 25 already at 10 s.
+    logged = {
+        "PPO_00000": [(10, 5.0, 100), (20, 30.0, 200)],
+        "PPO_00001": [(10, 25.0, 150), (45, 40.0, 250)],
+    }
+    for name, points in logged.items():
+        trial = store.trial(population, name)
+        for step, (seconds, score, steps) in enumerate(points, 1):
+            at = started + seconds * 1000
+            store.client.log_metric(trial, SCORE_METRIC, score, timestamp=at, step=step)
+            store.client.log_metric(trial, STEPS_METRIC, steps, timestamp=at, step=step)
+    png = tmp_path / "wall.png"
+    args = ["compare", "timed", "--store", store.uri, "-o", str(png)]
+    assert main([*args, "--x-axis", "wall-clock", "--members", "--json"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)
+    assert found["wall_curve"] == [[10.0, 25.0], [20.0, 30.0], [45.0, 40.0]]
+    assert found["curve"] == [[100, 5.0], [150, 25.0], [200, 30.0], [250, 40.0]]
+    assert found["members"] == {
+        "PPO_00000": [[100, 5.0], [200, 30.0]],
+        "PPO_00001": [[150, 25.0], [250, 40.0]],
+    }
+    assert found["wall_members"]["PPO_00001"] == [[10.0, 25.0], [45.0, 40.0]]
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size == (1300, 500)

@@ -191,14 +191,14 @@ def _cmd_lineage(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from workbench.analysis.compare import compare, comparison_rows, plot_comparison
 
-    uri, client = store_of(args)
-    curves = compare(client, args.populations, uri)
-    path = plot_comparison(curves, args.output)
+    curves = compare(args.populations, args.store)
+    path = plot_comparison(curves, args.output, x_axis=args.x_axis, members=args.members)
     if args.json:
         print_json([c.to_json() for c in curves])
     else:
         headers, rows = comparison_rows(curves)
-        print(f"Populations in {uri}:")
+        stores = sorted({c.store for c in curves})
+        print(f"Populations in {stores[0]}:" if len(stores) == 1 else "Populations:")
         print(table(headers, rows, width=fit_width(args)))
     print(f"Curves and evaluations drawn to {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -371,6 +371,8 @@ def add_store_commands(commands: Commands) -> None:
         [
             "workbench compare cartpole_pbt_20260130-141502 cartpole_asha_optuna_20260130-150210",
             "workbench compare POP_A POP_B POP_C -o pbt_vs_asha.png --json",
+            "workbench compare cartpole_pbt cartpole_pbt@cluster-results/ --x-axis wall-clock",
+            "workbench compare POP_A POP_B --members",
         ],
         handler=_cmd_compare,
         shared=["store", "json", "wide"],
@@ -379,7 +381,21 @@ def add_store_commands(commands: Commands) -> None:
         "populations",
         nargs="+",
         metavar="POPULATION",
-        help="populations by name, parent run id, or MLflow experiment (its newest)",
+        help="populations by name, parent run id, or MLflow experiment (its newest); "
+        "POPULATION@STORE reads one from another store (a results folder, an mlflow.db "
+        "file or a tracking URI) than --store",
+    )
+    compare.add_argument(
+        "--x-axis",
+        choices=["env-steps", "wall-clock"],  # analysis.compare.AXES, not imported to parse
+        default="env-steps",
+        help="the curves against the env steps each policy was trained on (default), or "
+        "against wall-clock seconds since each population started",
+    )
+    compare.add_argument(
+        "--members",
+        action="store_true",
+        help="also draw each member's own best-score curve, thin, behind its population's",
     )
     path_arg(
         compare.add_argument(
