@@ -50,8 +50,9 @@ def test_the_wings_are_in_the_order_of_the_layers_contract() -> None:
         part.strip().removeprefix("workbench.")
         for layer in layers
         for part in layer.split("|")
+        # The wings are folders; the base layer's single modules are listed as (base).
         if part.strip().count(".") == 1
-        and part.strip()[len("workbench.") :] not in ("names", "errors", "lineage_record")
+        and (ROOT / "workbench" / part.strip()[len("workbench.") :]).is_dir()
     ]
     on_page = list(dict.fromkeys(w for w, _ in _table() if not w.startswith("(")))
     assert on_page == wings

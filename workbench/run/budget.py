@@ -10,12 +10,12 @@ earlier sessions spent. Light: the CLI reads it before Ray starts."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from workbench.errors import ExperimentError, Problem
+from workbench.files import write_atomic
 from workbench.names import BUDGET_FILE, RESOLVED_FILE
 
 # The stop rule of each budget, by the stopper's name for it (RulesStopper.ran_out).
@@ -42,10 +42,7 @@ class BudgetRanOut:
 
 
 def write_ran_out(results_dir: Path, record: BudgetRanOut) -> None:
-    path = results_dir / BUDGET_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(results_dir / BUDGET_FILE, json.dumps(asdict(record), indent=1) + "\n")
 
 
 def record_ran_out(resolved: Any, stopper: Any) -> None:
@@ -73,9 +70,7 @@ def save_stop_rules(results_dir: Path, stop: dict[str, Any]) -> None:
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
     data = yaml.safe_load(text)
     data["stop"] = stop
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(header + yaml.safe_dump(data, sort_keys=False))
-    os.replace(tmp, path)
+    write_atomic(path, header + yaml.safe_dump(data, sort_keys=False))
 
 
 def read_ran_out(results_dir: Path) -> BudgetRanOut | None:

@@ -7,12 +7,12 @@ Tune, the runs the operations belong to found again in the store by their keys."
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import ExperimentError
+from workbench.files import write_atomic
 from workbench.names import KEY_TAG, LINEAGE_FILE, PARENT, SPOOL_FILE
 from workbench.tracking.callback import TrackingTarget
 from workbench.tracking.store import check_store
@@ -131,9 +131,7 @@ def write_spool(
         writer.put(op)
     left = writer.close(target.flush_timeout_s)
     if left:
-        partial = spool.with_name(spool.name + ".tmp")
-        partial.write_text("".join(op_to_json(op) + "\n" for op in left))
-        os.replace(partial, spool)
+        write_atomic(spool, "".join(op_to_json(op) + "\n" for op in left))
     else:
         spool.unlink()
     return SpoolWritten(spool, target.uri, len(ops) - len(left), len(left))

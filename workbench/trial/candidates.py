@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workbench.files import write_atomic
+
 CANDIDATES_DIR = "candidates"
 CANDIDATE_FILE = "candidate.json"
 EVALUATIONS_FILE = "evaluations.jsonl"
@@ -210,11 +212,7 @@ class PopulationResult:
 
 
 def write_result(results_dir: Path, result: PopulationResult) -> Path:
-    path = results_dir / RESULT_FILE
-    staging = path.with_suffix(".json.tmp")
-    staging.write_text(json.dumps(result.to_json(), indent=1))
-    os.replace(staging, path)
-    return path
+    return write_atomic(results_dir / RESULT_FILE, json.dumps(result.to_json(), indent=1))
 
 
 def read_result(results_dir: Path) -> PopulationResult | None:

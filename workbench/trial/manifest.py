@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.files import write_atomic
+
 MANIFEST_FILE = "workbench_checkpoint.json"
 FORMAT = 1
-_TEMP_SUFFIX = ".tmp"
 _CHECKPOINT_NAME = re.compile(r"^checkpoint_(\d+)$")
 # Tune's keys in a checkpoint's metrics that Trainable.restore reads.
 PROGRESS_KEYS = ("training_iteration", "time_total_s", "timesteps_total", "episodes_total")
@@ -45,7 +45,8 @@ def _files(folder: Path) -> list[Path]:
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and p.name not in (MANIFEST_FILE, MANIFEST_FILE + _TEMP_SUFFIX)
+        # Not the manifest, nor one a killed writer left half-written (write_atomic's).
+        if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(f".{MANIFEST_FILE}.")
     )
 
 
@@ -66,14 +67,8 @@ def write_manifest(
         data["policy"] = policy
     if progress is not None:
         data["progress"] = progress
-    target = folder / MANIFEST_FILE
-    temp = folder / (MANIFEST_FILE + _TEMP_SUFFIX)
-    with temp.open("w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, target)
-    return target
+    text = json.dumps(data, indent=1, sort_keys=True)
+    return write_atomic(folder / MANIFEST_FILE, text, fsync=True)
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

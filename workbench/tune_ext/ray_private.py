@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
+
+from workbench.files import write_atomic
 
 
 def detected_cpus_and_gpus() -> tuple[float, float]:
@@ -115,6 +116,4 @@ def reopen_trials(results_dir: Path, trial_ids: Collection[str]) -> None:
         if str(state.get("trial_id")) in trial_ids and state.get("status") == "TERMINATED":
             state["status"] = "PAUSED"
             entry[0] = json.dumps(state, indent=2)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data))
