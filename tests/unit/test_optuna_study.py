@@ -168,3 +168,9 @@ def test_the_study_names_hyperparameters_as_the_experiment_file_does(tmp_path: P
         "train_batch_size_per_learner": suggested["_train_batch_size_per_learner"],
         "lr": suggested["lr"],
     }
+    # The names change nothing else: with the same seed, the same values as without them.
+    plain_folder = tmp_path / "plain"
+    plain_folder.mkdir()
+    plain = StudySearch(plain_folder, "pop", metric="score", mode="max", seed=0)
+    plain.set_search_properties("score", "max", space)
+    assert plain.suggest("t1") == suggested

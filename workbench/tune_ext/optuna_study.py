@@ -71,9 +71,14 @@ class StudySearch(OptunaSearch):  # type: ignore[misc]
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
     ) -> bool:
-        """Ray's, over a param_space whose searched keys carry the user's names."""
-        renamed = {k: v for k, v in config.items() if k not in self._names}
-        renamed.update({self._names[k]: config[k] for k in self._names if k in config})
+        """Ray's, over a param_space whose searched keys carry the user's names, in the
+        same order (the order Optuna draws them in: a seed draws the same values)."""
+        taken = {self._names[k] for k in config if k in self._names}
+        renamed = {
+            self._names.get(k, k): v
+            for k, v in config.items()
+            if k in self._names or k not in taken  # the searched value wins a clash
+        }
         return bool(super().set_search_properties(metric, mode, renamed, **spec))
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
