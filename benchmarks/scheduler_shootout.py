@@ -20,8 +20,10 @@ Protocol:
   ``pbt`` and ``pb2`` run with the workbench's shipped defaults (ranking on short
   evaluations, Welch's test before an exploit) and the task's exploit margin
   (``scheduler.exploit_min_gain`` of its experiment: 50 on MountainCar); ``pbt_score``
-  is PBT as it was before them (the training window ranks, any higher score clones) and
-  ``pbt_no_margin`` PBT without the margin, both kept for development.
+  is PBT as it was before them (the training window ranks, any higher score clones),
+  ``pbt_no_margin`` PBT without the margin, and ``pbt_spare`` / ``pb2_spare`` with
+  ``scheduler.spare_improving`` (a member still improving is not cloned over), all kept
+  for development.
 * Equal budget: ``--budget`` env steps in all per run. ``pbt``, ``pbt_score``, ``pb2``
   and ``random`` (FIFO with random draws): ``--population`` members, each stopped at
   budget/population env steps; ``asha_optuna``: twice the members, suggested by
@@ -85,7 +87,16 @@ TASKS = {
     "mountaincar": ROOT / "experiments" / "mountaincar_continuous_pbt.yaml",
     "lunarlander": ROOT / "experiments" / "lunarlander_pb2.yaml",
 }
-ARMS = ("pbt", "pb2", "asha_optuna", "random", "pbt_score", "pbt_no_margin")
+ARMS = (
+    "pbt",
+    "pb2",
+    "asha_optuna",
+    "random",
+    "pbt_score",
+    "pbt_no_margin",
+    "pbt_spare",
+    "pb2_spare",
+)
 DEFAULT_ARMS = ("pbt", "pb2", "asha_optuna", "random")
 ANCHOR = "random"
 DEV_SEEDS = range(0, 50)
@@ -151,18 +162,24 @@ def arm_overrides(
     ]
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
     margin = f", exploit_min_gain: {min_gain}" if min_gain else ""
-    if arm in ("pbt", "pbt_score", "pbt_no_margin"):
-        rules = {"pbt": margin, "pbt_score": ", rank_on: score, exploit_test: none"}.get(arm, "")
+    spare = ", spare_improving: true"
+    if arm in ("pbt", "pbt_score", "pbt_no_margin", "pbt_spare"):
+        rules = {
+            "pbt": margin,
+            "pbt_score": ", rank_on: score, exploit_test: none",
+            "pbt_spare": margin + spare,
+        }.get(arm, "")
         scheduler = (
             f"scheduler={{type: pbt, perturbation_interval: 4, burn_in_period: 4, "
             f"quantile_fraction: {quantile}{rules}}}"
         )
         # PBT clones the donor's newest checkpoint: one at every decision at least.
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
-    if arm == "pb2":
+    if arm in ("pb2", "pb2_spare"):
+        rules = margin + (spare if arm == "pb2_spare" else "")
         scheduler = (
             f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}"
-            f"{margin}}}"
+            f"{rules}}}"
         )
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "random":

@@ -141,8 +141,10 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
         "random": "fifo",
         "pbt_score": "pbt",
         "pbt_no_margin": "pbt",
+        "pbt_spare": "pbt",
+        "pb2_spare": "pb2",
     }
-    for arm in ("pbt", "pb2", "random", "pbt_score", "pbt_no_margin"):
+    for arm in ("pbt", "pb2", "random", "pbt_score", "pbt_no_margin", "pbt_spare", "pb2_spare"):
         e = resolved[arm]
         assert (e.population, e.stop.env_steps) == (4, 24_576), arm
     asha = resolved["asha_optuna"]
@@ -158,6 +160,9 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
     pbt, old = resolved["pbt"].scheduler, resolved["pbt_score"].scheduler
     assert (pbt.rank_on, pbt.exploit_test) == ("evaluation", "welch")  # type: ignore[union-attr]
     assert (old.rank_on, old.exploit_test) == ("score", "none")  # type: ignore[union-attr]
+    # The development arms that spare a member still improving; the others do not.
+    spares = {arm: e.scheduler.spare_improving for arm, e in resolved.items() if "pb" in arm}  # type: ignore[union-attr]
+    assert {arm for arm, spare in spares.items() if spare} == {"pbt_spare", "pb2_spare"}
     for arm, e in resolved.items():
         assert e.seed == 5 and e.stop.return_mean is None and e.stop.wall_time_s is None, arm
         assert e.stop.population_env_steps == 98_304, arm  # the same cap for every arm
@@ -181,9 +186,16 @@ def test_pbt_and_pb2_arms_keep_the_tasks_exploit_margin(tmp_path: Path) -> None:
             [*shootout.arm_overrides(arm, budget, 5, min_gain=50.0), f"storage={tmp_path}"],
             check_results=False,
         ).experiment.scheduler.exploit_min_gain  # type: ignore[union-attr]
-        for arm in ("pbt", "pb2", "pbt_no_margin", "pbt_score")
+        for arm in ("pbt", "pb2", "pbt_no_margin", "pbt_score", "pbt_spare", "pb2_spare")
     }
-    assert margins == {"pbt": 50.0, "pb2": 50.0, "pbt_no_margin": 0.0, "pbt_score": 0.0}
+    assert margins == {
+        "pbt": 50.0,
+        "pb2": 50.0,
+        "pbt_no_margin": 0.0,
+        "pbt_score": 0.0,
+        "pbt_spare": 50.0,
+        "pb2_spare": 50.0,
+    }
 
 
 def test_the_shootouts_seeds_are_labelled_and_development_seeds_checked() -> None:

@@ -121,6 +121,13 @@ class _ExploitRules(_Strict):
         "has reached the flag's +100), a clone over them spreads one habit and ends the "
         "others' exploration (docs/scores.md).",
     )
+    spare_improving: bool = Field(
+        False,
+        description="A member whose own ranked figure is clearly above the one it had at "
+        "its last decision (by more than exploit_min_gain; with exploit_test: welch, "
+        "significantly) is not cloned over: it is still learning, and a lead over it "
+        "is no evidence that it would end behind (docs/scores.md).",
+    )
 
 
 class PbtSection(_ExploitRules):

@@ -69,6 +69,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             hyperparam_keys=tuple(space),
             exploit_alpha=alpha,
             exploit_min_gain=section.exploit_min_gain,
+            spare_improving=section.spare_improving,
         )
         pbt.explore_by(space)
         return pbt
@@ -92,7 +93,9 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             hyperparam_keys=tuple(space),
             exploit_alpha=alpha,
             exploit_min_gain=section.exploit_min_gain,
+            spare_improving=section.spare_improving,
         )
+        pb2.explore_in_log(key for key, spec in space.items() if "log" in spec.kind)
         return pb2
     if section.type == "replay":
         return replay_scheduler(resolved)

@@ -41,6 +41,7 @@ from workbench.trial.candidates import (
     CANDIDATE_RETURN_METRIC,
     CANDIDATE_STD_METRIC,
 )
+from workbench.tune_ext.pb2_explore import SpreadPB2Explore
 from workbench.tune_ext.pbt_pauses import KeepExploitedActor, NoIdlePause, NoStopAfterSave
 from workbench.tune_ext.pbt_state import ResumablePBT
 from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
@@ -81,6 +82,8 @@ class ExploitRecorder:
             found = ranked_stats(result, metric)
             if found is not None:
                 self.__dict__.setdefault("_ranked", {})[trial.trial_id] = found
+                # A member's first figure is what its first decision sees it improve on.
+                self.__dict__.setdefault("_ranked_before", {}).setdefault(trial.trial_id, found)
         # Which result an exploit is decided on: Tune's own log gives the iteration
         # before it (the trial's last_result is updated only after the decision).
         self._deciding = (trial.trial_id, int(result.get(TIME_ATTR, 0)))
@@ -142,6 +145,12 @@ class ExploitRecorder:
         )
         for listener in self.__dict__.get("_lineage_listeners", []):
             listener(decision)
+
+
+def _change(before: Stats | None, now: Stats | None) -> str:
+    if before is None or now is None:
+        return "unknown"
+    return f"{before.mean:.1f} -> {now.mean:.1f}"
 
 
 def donor_allowed(*, now: int, start: int, checkpoint_at: int, interval: int) -> bool:
@@ -257,6 +266,8 @@ class FreshExploits:
     exploit_alpha: float | None = None
     # The smallest gain in the ranked metric worth a clone (scheduler.exploit_min_gain).
     exploit_min_gain: float = 0.0
+    # Whether a member still improving is spared (scheduler.spare_improving).
+    spare_improving: bool = False
 
     def _checkpoint_or_exploit(
         self,
@@ -265,12 +276,22 @@ class FreshExploits:
         upper_quantile: list[Any],
         lower_quantile: list[Any],
     ) -> None:
+        ranked: dict[str, Stats] = self.__dict__.get("_ranked", {})
+        before: dict[str, Stats] = self.__dict__.setdefault("_ranked_before", {})
+        if trial in lower_quantile and self.spare_improving and self._improving(trial, ranked):
+            logger.info(
+                "[pbt] %s trains on at iteration %s: its evaluation is still improving "
+                "(%s since its last decision)",
+                trial,
+                self._trial_state[trial].last_train_time,
+                _change(before.get(trial.trial_id), ranked.get(trial.trial_id)),
+            )
+            lower_quantile = [t for t in lower_quantile if t is not trial]
         if trial in lower_quantile:
             state = self._trial_state[trial]
             start = int(getattr(state, "workbench_start", 0) or 0)
             interval = int(self._perturbation_interval)
             donors = []
-            ranked: dict[str, Stats] = self.__dict__.get("_ranked", {})
             for donor in upper_quantile:
                 donor_state = self._trial_state[donor]
                 # A tie is no evidence: a trial whose score equals the donor's (its
@@ -310,6 +331,25 @@ class FreshExploits:
         super()._checkpoint_or_exploit(  # type: ignore[misc]
             trial, tune_controller, upper_quantile, lower_quantile
         )
+        # The next decision asks whether it improved on what it is judged by now (after
+        # an exploit: the donor's figures, the weights it now has).
+        now = self.__dict__.get("_ranked", {}).get(trial.trial_id)
+        if now is not None:
+            before[trial.trial_id] = now
+
+    def _improving(self, trial: Any, ranked: dict[str, Stats]) -> bool:
+        """Whether ``trial``'s ranked figure is clearly above the one it had at its last
+        decision (its first, before any): by more than the margin, and with
+        exploit_test: welch significantly so. A member still learning is no evidence of
+        a worse one: on LunarLander a member behind at 65k env steps was often the best
+        at 200k, and cloning over it there ended its line."""
+        before = self.__dict__.get("_ranked_before", {}).get(trial.trial_id)
+        now = ranked.get(trial.trial_id)
+        if before is None or now is None or now is before:
+            return False
+        if self.exploit_alpha is None:
+            return bool(now.mean - self.exploit_min_gain > before.mean)
+        return clearly_better(now, before, self.exploit_alpha, self.exploit_min_gain)
 
     def _choose_donor(self, tune_controller: Any, donors: list[tuple[Any, bool]]) -> Any:
         """One of ``donors`` (trial, whether it must save first) at random, as Tune picks
@@ -412,12 +452,15 @@ class PopulationMixins(
         hyperparam_keys: tuple[str, ...],
         exploit_alpha: float | None,
         exploit_min_gain: float,
+        spare_improving: bool = False,
     ) -> None:
         """What the experiment adds to Tune's arguments: the searched keys the lineage
-        records, Welch's test level (None: any higher score clones) and the margin."""
+        records, Welch's test level (None: any higher score clones), the margin, and
+        whether a member still improving is spared."""
         self._hyperparam_keys = hyperparam_keys
         self.exploit_alpha = exploit_alpha
         self.exploit_min_gain = exploit_min_gain
+        self.spare_improving = spare_improving
 
 
 # The classes handed to Tune stay in this module: Tune pickles the scheduler into its
@@ -445,7 +488,7 @@ class WorkbenchPBT(PopulationMixins, PopulationBasedTraining):
         )
 
 
-class WorkbenchPB2(PopulationMixins, PB2):
+class WorkbenchPB2(SpreadPB2Explore, PopulationMixins, PB2):
     _GLOBAL_FIELDS = (
         *ResumablePBT._GLOBAL_FIELDS,
         "data",

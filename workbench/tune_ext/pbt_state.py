@@ -33,6 +33,7 @@ class ResumablePBT(ResumableScheduler):
         "_num_perturbations",
         "_next_perturbation_sync",
         "_ranked",  # exploit_test's figures: each trial's last ranked mean, std and count
+        "_ranked_before",  # spare_improving: each trial's figures at its last decision
     )
 
     def workbench_state(self) -> dict[str, Any]:

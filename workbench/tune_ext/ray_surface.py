@@ -81,6 +81,13 @@ SURFACE: tuple[Private, ...] = (
     Private(_PBT, "_resample_probability"),
     Private(_PBT, "_synch"),
     Private(_PBT, "_time_attr"),
+    Private(_PBT, "_custom_explore_fn"),
+    Private(
+        "ray.tune.schedulers.pb2",
+        "_explore",
+        ("data", "bounds", "current", "base", "old", "config"),
+    ),
+    Private("ray.tune.schedulers.pb2.PB2", "_hyperparam_bounds_flat"),
     # --- Tune: the controller, its checkpoint managers, trials, tuner ---------------
     Private(_CONTROLLER, "save_to_dir", ("self",)),
     Private(_CONTROLLER, "_schedule_trial_save", ("self", "trial", "result")),
