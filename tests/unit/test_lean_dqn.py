@@ -27,7 +27,7 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
     PrioritizedEpisodeReplayBuffer,
 )
 
-import workbench.trial.lean_common as lean_common
+import workbench.trial.notices as notices
 from tests.support.learners import MODULE, comparable, flat, learner, max_difference, weights
 from workbench.trial.lean_common import LEAN_KEY
 from workbench.trial.lean_dqn import LeanDQNTorchLearner, transitions_batch
@@ -210,7 +210,7 @@ class _Identity(ConnectorV2):
 def test_rllibs_pipeline_runs_where_the_lean_build_does_not_apply(
     buffers: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(lean_common, "_NOTICED", set())
+    monkeypatch.setattr(notices, "_NOTICED", set())
     episodes = sample(buffers["uniform"], 1, seed=0)
     data = TrainingData(episodes=episodes)
     off = learner(

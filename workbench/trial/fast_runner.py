@@ -55,6 +55,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
+from workbench.trial.notices import notice_once
 from workbench.trial.observation_filter import BatchFilter, find_filter, mean_std_filter
 
 logger = logging.getLogger(__name__)
@@ -63,15 +64,6 @@ SUPPORTED_ALGORITHMS = FAST_RUNNER_ALGORITHMS
 _REWARDS, _TERMINATED, _TRUNCATED = "__rewards", "__terminated", "__truncated"
 _OWN = (Columns.ACTIONS, _REWARDS, _TERMINATED, _TRUNCATED)
 _EPISODE_HOOKS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
-_NOTICED: set[str] = set()
-
-
-def _notice(message: str) -> None:
-    """One line per reason and process: the fallback is loud, not noisy."""
-    if message not in _NOTICED:
-        _NOTICED.add(message)
-        logger.warning(message)
-        print(f"[workbench] {message}", flush=True)
 
 
 def unsupported_reason(runner: SingleAgentEnvRunner) -> str | None:
@@ -205,7 +197,7 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         super().__init__(config=config, **kwargs)
         self.fallback_reason = unsupported_reason(self)
         if self.fallback_reason is not None:
-            _notice(f"fast env runner off: {self.fallback_reason}; using RLlib's loop")
+            notice_once(f"fast env runner off: {self.fallback_reason}; using RLlib's loop")
         self._rollout: _Rollout | None = None
         # Per env: its ongoing episode, or None when that episode ended at the last
         # step (NEXT_STEP autoreset: the env's next step is its reset).

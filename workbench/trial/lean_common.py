@@ -1,5 +1,5 @@
-"""What both lean learners share: the switch that turns them off, a notice said once per
-reason, and the fused Adam with one NaN/inf check for all gradients (``LeanAdam``)."""
+"""What both lean learners share: the switch that turns them off, and the fused Adam with
+one NaN/inf check for all gradients (``LeanAdam``)."""
 
 # RLlib types its learner's modules and optimizers loosely (inside the learner they are
 # torch modules and optimizers), and torch types Adam's keywords one by one (the
@@ -15,15 +15,6 @@ import torch
 logger = logging.getLogger(__name__)
 
 LEAN_KEY = "lean_learner"  # in config.learner_config_dict: False runs RLlib's own update
-_NOTICED: set[str] = set()
-
-
-def notice_once(message: str) -> None:
-    """One line per reason and process: a fallback is said once."""
-    if message not in _NOTICED:
-        _NOTICED.add(message)
-        logger.warning(message)
-        print(f"[workbench] {message}", flush=True)
 
 
 class LeanAdam:

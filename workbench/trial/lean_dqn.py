@@ -56,7 +56,8 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
-from workbench.trial.lean_common import LEAN_KEY, LeanAdam, notice_once
+from workbench.trial.lean_common import LEAN_KEY, LeanAdam
+from workbench.trial.notices import notice_once
 
 # RLlib 2.60's learner pipeline for DQN with no custom connectors, in order.
 DEFAULT_DQN_PIPELINE = (

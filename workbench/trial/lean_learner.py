@@ -63,8 +63,9 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.torch_utils import compute_global_norm
 
 from workbench.trial.clip_schedule import ClipParamSchedule
-from workbench.trial.lean_common import LEAN_KEY, LeanAdam, notice_once
+from workbench.trial.lean_common import LEAN_KEY, LeanAdam
 from workbench.trial.minibatch_plan import minibatch_plan
+from workbench.trial.notices import notice_once
 from workbench.trial.ppo_loss import LeanPPOLoss
 from workbench.trial.weight_sync import install_in_place_sync
 
