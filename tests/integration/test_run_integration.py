@@ -14,6 +14,7 @@ from tests.support.experiments import PBT_BOUNDS, SMALL_PPO, tiny_ppo, write_exp
 from tests.support.results import result_rows
 from workbench.experiment.resolve import load_and_resolve
 from workbench.run.launch import run
+from workbench.tune_ext.pb2_explore import crowded
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 
@@ -163,6 +164,15 @@ def test_pb2_explores_inside_its_bounds(tmp_path: Path) -> None:
         for row in trial_rows:
             assert 1e-4 <= row["config"]["lr"] <= 1e-2
             assert 0.1 <= row["config"]["clip_param"] <= 0.3
+    # The clone never runs on the donor's point (lr in log10 space, as PB2 explores it).
+    points: dict[int, list[list[float]]] = {}
+    for trial_rows in rows.values():
+        for row in trial_rows:
+            config = row["config"]
+            point = [math.log10(config["lr"]), config["clip_param"]]
+            points.setdefault(row["training_iteration"], []).append(point)
+    for members in points.values():
+        assert len(members) == 2 and not crowded(members[0], members[1:], [2.0, 0.2]), members
 
 
 @pytest.mark.parametrize(

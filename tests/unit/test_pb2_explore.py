@@ -171,3 +171,44 @@ def test_a_finished_member_is_no_longer_hallucinated(monkeypatch: pytest.MonkeyP
 
 def test_the_separation_is_a_small_fraction_of_the_range() -> None:
     assert 0 < MIN_SEPARATION <= 0.1
+
+
+def _trending_population() -> tuple[WorkbenchPB2, list[Member]]:
+    """Members whose improvement falls with lr: Tune's GP mean peaks at a corner."""
+    pb2, members = _population()
+    rows = []
+    for m in members:
+        gain = 100.0 * (1 - math.log10(m.config["lr"] / 1e-5) / 2)
+        for time in (2, 4):
+            rows.append([str(m), time, m.config["lr"], m.config["lambda_"], -300.0 + gain * time])
+    pb2.data = pd.DataFrame(rows, columns=["Trial", "Time", "lr", "lambda_", "Reward"])
+    return pb2, members
+
+
+def _clone_three_asynchronously(pb2: WorkbenchPB2, members: list[Member], explore: Any) -> bool:
+    """Three members cloned from the best one by one, the donor reporting a newer result
+    between decisions (an asynchronous population); whether two members ended crowded."""
+    donor = members[-1]
+    for time, target in enumerate(members[:-1], start=5):
+        row = [str(donor), time, donor.config["lr"], donor.config["lambda_"], -100.0 + time]
+        pb2.data = pd.concat([pb2.data, pd.DataFrame([row], columns=pb2.data.columns)])
+        target.config = explore(pb2, target, donor)[0]
+    points = [_gp_point(m) for m in members]
+    spans = [hi - lo for lo, hi in GP_BOUNDS]
+    return any(crowded(p, points[:i] + points[i + 1 :], spans) for i, p in enumerate(points))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_tunes_pb2_puts_a_clone_on_a_members_point_and_the_workbenchs_does_not() -> None:
+    from ray.tune.schedulers.pb2 import PB2
+
+    tunes: list[bool] = []
+    ours: list[bool] = []
+    for seed in range(6):
+        for crowds, explore in ((tunes, PB2._get_new_config), (ours, WorkbenchPB2._get_new_config)):
+            random.seed(seed)
+            np.random.seed(seed)  # noqa: NPY002 (Tune's acquisition draws from numpy's global state)
+            pb2, members = _trending_population()
+            crowds.append(_clone_three_asynchronously(pb2, members, explore))
+    assert any(tunes), "Tune's PB2 no longer crowds: is the fix still needed?"
+    assert not any(ours)
