@@ -18,8 +18,9 @@ Protocol:
   ``experiments/lunarlander_pb2.yaml``) and its search space; every arm runs it with
   ``workbench run`` in a subprocess, changing only the scheduler and the searcher.
   ``pbt`` and ``pb2`` run with the workbench's shipped defaults (ranking on short
-  evaluations, Welch's test before an exploit) and the task's exploit margin
-  (``scheduler.exploit_min_gain`` of its experiment: 50 on MountainCar); ``pbt_score``
+  evaluations, Welch's test before an exploit) and the task's own exploit rules
+  (``scheduler.exploit_min_gain`` of its experiment: 50 on MountainCar;
+  ``scheduler.spare_improving``); ``pbt_score``
   is PBT as it was before them (the training window ranks, any higher score clones),
   ``pbt_no_margin`` PBT without the margin, and ``pbt_spare`` / ``pb2_spare`` with
   ``scheduler.spare_improving`` (a member still improving is not cloned over), all kept
@@ -139,20 +140,34 @@ class Budget:
         return max(1, self.member_steps // self.steps_per_iteration)
 
 
+def _task_scheduler(task: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(task.read_text()).get("scheduler") or {}
+
+
 def task_min_gain(task: Path) -> float:
     """The task's ``scheduler.exploit_min_gain``: part of its reward's structure, which
     its PBT and PB2 arms keep (0 when the experiment sets none)."""
-    import yaml
+    return float(_task_scheduler(task).get("exploit_min_gain", 0.0))
 
-    scheduler = yaml.safe_load(task.read_text()).get("scheduler") or {}
-    return float(scheduler.get("exploit_min_gain", 0.0))
+
+def task_spare(task: Path) -> bool:
+    """The task's ``scheduler.spare_improving``, which its PBT and PB2 arms keep (the
+    schema's default, false, when the experiment sets none)."""
+    return bool(_task_scheduler(task).get("spare_improving", False))
 
 
 def arm_overrides(
-    arm: str, budget: Budget, seed: int, quantile: float = 0.25, min_gain: float = 0.0
+    arm: str,
+    budget: Budget,
+    seed: int,
+    quantile: float = 0.25,
+    min_gain: float = 0.0,
+    spare_improving: bool = False,
 ) -> list[str]:
     """The `--set`s that make the task's experiment into this arm (see Protocol);
-    ``min_gain`` is the task's exploit margin (task_min_gain)."""
+    ``min_gain`` and ``spare_improving`` are the task's (task_min_gain, task_spare)."""
     common = [
         f"seed={seed}",
         "stop.return_mean=null",
@@ -163,9 +178,10 @@ def arm_overrides(
     members = [f"population={budget.population}", f"stop.env_steps={budget.member_steps}"]
     margin = f", exploit_min_gain: {min_gain}" if min_gain else ""
     spare = ", spare_improving: true"
+    task_rules = margin + (spare if spare_improving else "")
     if arm in ("pbt", "pbt_score", "pbt_no_margin", "pbt_spare"):
         rules = {
-            "pbt": margin,
+            "pbt": task_rules,
             "pbt_score": ", rank_on: score, exploit_test: none",
             "pbt_spare": margin + spare,
         }.get(arm, "")
@@ -176,7 +192,7 @@ def arm_overrides(
         # PBT clones the donor's newest checkpoint: one at every decision at least.
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm in ("pb2", "pb2_spare"):
-        rules = margin + (spare if arm == "pb2_spare" else "")
+        rules = margin + spare if arm == "pb2_spare" else task_rules
         scheduler = (
             f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}"
             f"{rules}}}"
@@ -296,11 +312,13 @@ def run_once(
     extra: list[str],
     quantile: float = 0.25,
     min_gain: float = 0.0,
+    spare_improving: bool = False,
 ) -> Run:
     name = _name(arm, seed)
     storage = root / name
     log = root / f"{name}.log"
-    sets = [*arm_overrides(arm, budget, seed, quantile, min_gain), f"storage={storage}", *extra]
+    rules = arm_overrides(arm, budget, seed, quantile, min_gain, spare_improving)
+    sets = [*rules, f"storage={storage}", *extra]
     command = [
         *workbench_command(),
         "run",
@@ -563,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget, args.population, steps_per_iteration)
     # Two members: the bottom half is one member (quantile 0.25 would exploit none).
     quantile = 0.5 if args.population < 4 else 0.25
-    min_gain = task_min_gain(task)
+    min_gain, spare_improving = task_min_gain(task), task_spare(task)
     again = args.measure_again
     if again is not None and not again.is_dir():
         parser.error(f"--measure-again: {again} is not a folder a --root run left")
@@ -588,7 +606,16 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 done = finished(root, arm, seed)
                 run = done or run_once(
-                    task, arm, seed, budget, root, args.episodes, extra, quantile, min_gain
+                    task,
+                    arm,
+                    seed,
+                    budget,
+                    root,
+                    args.episodes,
+                    extra,
+                    quantile,
+                    min_gain,
+                    spare_improving,
                 )
             if run.returncode == 0:  # a failed run is tried again in the next sitting
                 save(root, run)

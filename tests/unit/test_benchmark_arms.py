@@ -277,3 +277,38 @@ def test_population_throughput_runs_the_shipped_experiment_all_at_once(
     rllib = pt.resolved_experiment(pt.rllib_data(data), tmp_path / "rl").experiment
     assert (rllib.env_runner, rllib.learner, rllib.defaults) == ("rllib", "rllib", "rllib")
     assert not rllib.model
+
+
+def test_pbt_and_pb2_arms_keep_the_tasks_spare_rule(tmp_path: Path) -> None:
+    shootout = _benchmark("scheduler_shootout")
+    task = shootout.TASKS["mountaincar"]
+    assert shootout.task_spare(task) is False
+    budget = shootout.Budget(total_env_steps=98_304, population=4, steps_per_iteration=2048)
+
+    def spares(task_spare: bool) -> dict[str, bool]:
+        return {
+            arm: load_and_resolve(
+                task,
+                [
+                    *shootout.arm_overrides(arm, budget, 5, spare_improving=task_spare),
+                    f"storage={tmp_path}",
+                ],
+                check_results=False,
+            ).experiment.scheduler.spare_improving  # type: ignore[union-attr]
+            for arm in ("pbt", "pb2", "pbt_score", "pbt_spare", "pb2_spare")
+        }
+
+    assert spares(False) == {
+        "pbt": False,
+        "pb2": False,
+        "pbt_score": False,
+        "pbt_spare": True,
+        "pb2_spare": True,
+    }
+    assert spares(True) == {
+        "pbt": True,
+        "pb2": True,
+        "pbt_score": False,  # PBT as it was
+        "pbt_spare": True,
+        "pb2_spare": True,
+    }
