@@ -23,8 +23,9 @@ Protocol:
   ``scheduler.spare_improving``); ``pbt_score``
   is PBT as it was before them (the training window ranks, any higher score clones),
   ``pbt_no_margin`` PBT without the margin, and ``pbt_spare`` / ``pb2_spare`` with
-  ``scheduler.spare_improving`` (a member still improving is not cloned over), all kept
-  for development.
+  ``scheduler.spare_improving`` (a member still improving is not cloned over), and
+  ``pbt_late`` / ``pb2_late`` with the first decision at iteration 8 instead of 4
+  (``burn_in_period``), all kept for development.
 * Equal budget: ``--budget`` env steps in all per run. ``pbt``, ``pbt_score``, ``pb2``
   and ``random`` (FIFO with random draws): ``--population`` members, each stopped at
   budget/population env steps; ``asha_optuna``: twice the members, suggested by
@@ -97,6 +98,8 @@ ARMS = (
     "pbt_no_margin",
     "pbt_spare",
     "pb2_spare",
+    "pbt_late",
+    "pb2_late",
 )
 DEFAULT_ARMS = ("pbt", "pb2", "asha_optuna", "random")
 ANCHOR = "random"
@@ -179,23 +182,26 @@ def arm_overrides(
     margin = f", exploit_min_gain: {min_gain}" if min_gain else ""
     spare = ", spare_improving: true"
     task_rules = margin + (spare if spare_improving else "")
-    if arm in ("pbt", "pbt_score", "pbt_no_margin", "pbt_spare"):
+    # The first decision: at iteration 4 (one interval), or 8 for the "late" arms.
+    burn_in = 8 if arm.endswith("_late") else 4
+    if arm in ("pbt", "pbt_score", "pbt_no_margin", "pbt_spare", "pbt_late"):
         rules = {
             "pbt": task_rules,
             "pbt_score": ", rank_on: score, exploit_test: none",
             "pbt_spare": margin + spare,
+            "pbt_late": task_rules,
         }.get(arm, "")
         scheduler = (
-            f"scheduler={{type: pbt, perturbation_interval: 4, burn_in_period: 4, "
+            f"scheduler={{type: pbt, perturbation_interval: 4, burn_in_period: {burn_in}, "
             f"quantile_fraction: {quantile}{rules}}}"
         )
         # PBT clones the donor's newest checkpoint: one at every decision at least.
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
-    if arm in ("pb2", "pb2_spare"):
+    if arm in ("pb2", "pb2_spare", "pb2_late"):
         rules = margin + spare if arm == "pb2_spare" else task_rules
         scheduler = (
-            f"scheduler={{type: pb2, perturbation_interval: 4, quantile_fraction: {quantile}"
-            f"{rules}}}"
+            f"scheduler={{type: pb2, perturbation_interval: 4, burn_in_period: {burn_in}, "
+            f"quantile_fraction: {quantile}{rules}}}"
         )
         return [*common, *members, scheduler, "checkpoint.frequency=4"]
     if arm == "random":

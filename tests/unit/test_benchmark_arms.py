@@ -143,8 +143,11 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
         "pbt_no_margin": "pbt",
         "pbt_spare": "pbt",
         "pb2_spare": "pb2",
+        "pbt_late": "pbt",
+        "pb2_late": "pb2",
     }
-    for arm in ("pbt", "pb2", "random", "pbt_score", "pbt_no_margin", "pbt_spare", "pb2_spare"):
+    population_arms = [a for a, kind in kinds.items() if kind != "asha"]
+    for arm in population_arms:
         e = resolved[arm]
         assert (e.population, e.stop.env_steps) == (4, 24_576), arm
     asha = resolved["asha_optuna"]
@@ -163,6 +166,13 @@ def test_scheduler_shootout_arms_spend_one_budget_on_one_task(tmp_path: Path) ->
     # The development arms that spare a member still improving; the others do not.
     spares = {arm: e.scheduler.spare_improving for arm, e in resolved.items() if "pb" in arm}  # type: ignore[union-attr]
     assert {arm for arm, spare in spares.items() if spare} == {"pbt_spare", "pb2_spare"}
+    # The first decision: at 4 (PB2 too, now that it takes a burn-in), at 8 for "late".
+    burn_ins = {
+        arm: e.scheduler.burn_in_period  # type: ignore[union-attr]
+        for arm, e in resolved.items()
+        if e.scheduler.type in ("pbt", "pb2")
+    }
+    assert burn_ins == {arm: 8 if arm.endswith("_late") else 4 for arm in burn_ins}
     for arm, e in resolved.items():
         assert e.seed == 5 and e.stop.return_mean is None and e.stop.wall_time_s is None, arm
         assert e.stop.population_env_steps == 98_304, arm  # the same cap for every arm

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ray.tune.experiment import Trial
+from ray.tune.schedulers.pbt import _PBTTrialState
 
 from workbench.tune_ext import pb2_explore
 from workbench.tune_ext.pb2_explore import MIN_SEPARATION, crowded, spread_point
@@ -29,6 +30,7 @@ class Member:
         self.trial_id = name
         self.config: dict[str, Any] = {"lr": lr, "lambda_": lambda_, "fixed": 7}
         self.status = Trial.RUNNING
+        self.experiment_tag = name
 
     def __str__(self) -> str:
         return self.trial_id
@@ -212,3 +214,24 @@ def test_tunes_pb2_puts_a_clone_on_a_members_point_and_the_workbenchs_does_not()
             crowds.append(_clone_three_asynchronously(pb2, members, explore))
     assert any(tunes), "Tune's PB2 no longer crowds: is the fix still needed?"
     assert not any(ours)
+
+
+def test_pb2_decides_nothing_in_its_burn_in_but_gathers_its_data() -> None:
+    pb2, members = _population()
+    pb2.data = pd.DataFrame()
+    pb2.burn_in(8)
+    for m in members:
+        pb2._trial_state[m] = _PBTTrialState(m)  # type: ignore[arg-type]
+    for time in (2, 4, 6):
+        for m in members:
+            result = {"training_iteration": time, "score": -300.0 + 40 * time}
+            assert pb2.on_trial_result(None, m, result) == "CONTINUE"  # type: ignore[arg-type]
+    # No decision yet: no perturbation, no PBT score...
+    assert all(pb2._trial_state[m].last_perturbation_time == 0 for m in members)
+    # ... but every evaluated result is a row of the GP's data, in the config's units.
+    assert len(pb2.data) == 12
+    assert set(pb2.data["Trial"]) == {"a", "b", "c", "d"}
+    assert pb2.data["lr"].tolist()[:4] == [m.config["lr"] for m in members]
+    # A result without the ranked metric (no evaluation that iteration) is no row.
+    pb2.on_trial_result(None, members[0], {"training_iteration": 7})  # type: ignore[arg-type]
+    assert len(pb2.data) == 12

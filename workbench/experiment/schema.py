@@ -155,6 +155,10 @@ class Pb2Section(_ExploitRules):
 
     type: Literal["pb2"]
     perturbation_interval: PositiveInt = 4
+    burn_in_period: NonNegativeInt = Field(
+        0,
+        description="Iterations before the first decision (PB2 gathers its data meanwhile).",
+    )
     quantile_fraction: float = Field(0.25, gt=0, le=0.5)
     synch: bool = Field(False, description="Synchronous PB2 (wait for the whole population).")
 

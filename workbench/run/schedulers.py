@@ -95,6 +95,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
             exploit_min_gain=section.exploit_min_gain,
             spare_improving=section.spare_improving,
         )
+        pb2.burn_in(section.burn_in_period)
         pb2.explore_in_log(key for key, spec in space.items() if "log" in spec.kind)
         return pb2
     if section.type == "replay":

@@ -81,8 +81,36 @@ class SpreadPB2Explore:
     _hyperparam_bounds_flat: dict[str, Any]
     _trial_state: dict[Any, Any]
     _custom_explore_fn: Any
+    _burn_in_period: float
+    _time_attr: str
+    _metric: str | None
+    _metric_op: Any
     # Keys of log-uniform blocks (explore_in_log).
     _log_keys: frozenset[str] = frozenset()
+
+    def burn_in(self, iterations: int) -> None:
+        """No decision before this iteration (Tune's PBT has it; its PB2 does not take it).
+        PB2 still gathers its Gaussian process's data during the burn-in: from every
+        result with the ranked metric, so the first decision has members' gains to fit."""
+        self._burn_in_period = iterations
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        time = result.get(self._time_attr)
+        value = result.get(self._metric) if self._metric else None
+        if (
+            isinstance(time, int | float)
+            and time < self._burn_in_period
+            and isinstance(value, int | float)
+            and math.isfinite(value)
+        ):
+            names = list(self._hyperparam_bounds_flat)
+            config = flatten_dict(trial.config)
+            row = [trial, time, *(config[k] for k in names), self._metric_op * value]
+            entry = pd.DataFrame([row], columns=["Trial", "Time", *names, "Reward"])
+            self.data = pd.concat([self.data, entry]).reset_index(drop=True)
+            self.data.Trial = self.data.Trial.astype("str")
+        decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
+        return decision
 
     def explore_in_log(self, keys: Iterable[str]) -> None:
         """Explore these keys (log-uniform blocks, positive bounds) in log10 space."""

@@ -82,6 +82,9 @@ SURFACE: tuple[Private, ...] = (
     Private(_PBT, "_synch"),
     Private(_PBT, "_time_attr"),
     Private(_PBT, "_custom_explore_fn"),
+    Private(_PBT, "_burn_in_period"),
+    Private(_PBT, "_metric_op"),
+    Private(_PBT, "_metric"),
     Private(
         "ray.tune.schedulers.pb2",
         "_explore",
