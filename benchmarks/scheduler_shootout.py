@@ -20,7 +20,8 @@ Protocol:
   ``pbt`` and ``pb2`` run with the workbench's shipped defaults (ranking on short
   evaluations, Welch's test before an exploit) and the task's own exploit rules
   (``scheduler.exploit_min_gain`` of its experiment: 50 on MountainCar;
-  ``scheduler.spare_improving``); ``pbt_score``
+  ``scheduler.spare_improving``; ``scheduler.burn_in_period``, the first decision, else
+  iteration 4); ``pbt_score``
   is PBT as it was before them (the training window ranks, any higher score clones),
   ``pbt_no_margin`` PBT without the margin, and ``pbt_spare`` / ``pb2_spare`` with
   ``scheduler.spare_improving`` (a member still improving is not cloned over), and
@@ -161,6 +162,12 @@ def task_spare(task: Path) -> bool:
     return bool(_task_scheduler(task).get("spare_improving", False))
 
 
+def task_burn_in(task: Path) -> int:
+    """The task's ``scheduler.burn_in_period`` (iterations before the first decision),
+    which its PBT and PB2 arms keep; 4 (one interval) when the experiment sets none."""
+    return int(_task_scheduler(task).get("burn_in_period") or 4)
+
+
 def arm_overrides(
     arm: str,
     budget: Budget,
@@ -168,9 +175,11 @@ def arm_overrides(
     quantile: float = 0.25,
     min_gain: float = 0.0,
     spare_improving: bool = False,
+    burn_in: int = 4,
 ) -> list[str]:
     """The `--set`s that make the task's experiment into this arm (see Protocol);
-    ``min_gain`` and ``spare_improving`` are the task's (task_min_gain, task_spare)."""
+    ``min_gain``, ``spare_improving`` and ``burn_in`` are the task's (task_min_gain,
+    task_spare, task_burn_in)."""
     common = [
         f"seed={seed}",
         "stop.return_mean=null",
@@ -182,8 +191,8 @@ def arm_overrides(
     margin = f", exploit_min_gain: {min_gain}" if min_gain else ""
     spare = ", spare_improving: true"
     task_rules = margin + (spare if spare_improving else "")
-    # The first decision: at iteration 4 (one interval), or 8 for the "late" arms.
-    burn_in = 8 if arm.endswith("_late") else 4
+    # The first decision: the task's (one interval unless it says), 8 for the "late" arms.
+    burn_in = 8 if arm.endswith("_late") else burn_in
     if arm in ("pbt", "pbt_score", "pbt_no_margin", "pbt_spare", "pbt_late"):
         rules = {
             "pbt": task_rules,
@@ -319,11 +328,12 @@ def run_once(
     quantile: float = 0.25,
     min_gain: float = 0.0,
     spare_improving: bool = False,
+    burn_in: int = 4,
 ) -> Run:
     name = _name(arm, seed)
     storage = root / name
     log = root / f"{name}.log"
-    rules = arm_overrides(arm, budget, seed, quantile, min_gain, spare_improving)
+    rules = arm_overrides(arm, budget, seed, quantile, min_gain, spare_improving, burn_in)
     sets = [*rules, f"storage={storage}", *extra]
     command = [
         *workbench_command(),
@@ -587,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget, args.population, steps_per_iteration)
     # Two members: the bottom half is one member (quantile 0.25 would exploit none).
     quantile = 0.5 if args.population < 4 else 0.25
-    min_gain, spare_improving = task_min_gain(task), task_spare(task)
+    min_gain, spare_improving, burn_in = task_min_gain(task), task_spare(task), task_burn_in(task)
     again = args.measure_again
     if again is not None and not again.is_dir():
         parser.error(f"--measure-again: {again} is not a folder a --root run left")
@@ -622,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                     quantile,
                     min_gain,
                     spare_improving,
+                    burn_in,
                 )
             if run.returncode == 0:  # a failed run is tried again in the next sitting
                 save(root, run)

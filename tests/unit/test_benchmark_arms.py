@@ -322,3 +322,14 @@ def test_pbt_and_pb2_arms_keep_the_tasks_spare_rule(tmp_path: Path) -> None:
         "pbt_spare": True,
         "pb2_spare": True,
     }
+
+
+def test_pbt_and_pb2_arms_keep_the_tasks_first_decision(tmp_path: Path) -> None:
+    shootout = _benchmark("scheduler_shootout")
+    task = shootout.TASKS["mountaincar"]
+    assert shootout.task_burn_in(task) == 4
+    budget = shootout.Budget(total_env_steps=98_304, population=4, steps_per_iteration=2048)
+    for arm, expected in (("pbt", 8), ("pb2", 8), ("pbt_late", 8), ("pbt_score", 8)):
+        sets = [*shootout.arm_overrides(arm, budget, 5, burn_in=8), f"storage={tmp_path}"]
+        experiment = load_and_resolve(task, sets, check_results=False).experiment
+        assert experiment.scheduler.burn_in_period == expected, arm  # type: ignore[union-attr]
