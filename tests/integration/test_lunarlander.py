@@ -34,6 +34,7 @@ def test_the_lunarlander_pb2_experiment_runs_end_to_end(tmp_path: Path) -> None:
             "population=2",
             "scheduler.quantile_fraction=0.5",
             "scheduler.perturbation_interval=2",
+            "scheduler.burn_in_period=2",
             "scheduler.synch=true",
             # Any better donor clones: two members a few crashes apart need not differ by
             # Welch's test after 2 tiny iterations, and this checks the run, not the test.
