@@ -519,7 +519,15 @@ def plot(runs: list[Run], arms: list[str], path: Path, title: str) -> None:
     for i, arm in enumerate(arms):
         for j, r in enumerate(x for x in runs if x.arm == arm and x.curve):
             xs, ys = zip(*r.curve, strict=True)
-            ax.plot(xs, ys, color=colors[i % len(colors)], alpha=0.8, label=arm if j == 0 else None)
+            # A best-so-far is a step function: it holds until the next better evaluation.
+            ax.plot(
+                xs,
+                ys,
+                drawstyle="steps-post",
+                color=colors[i % len(colors)],
+                alpha=0.7,
+                label=arm if j == 0 else None,
+            )
     ax.set_xlabel("population env steps")
     ax.set_ylabel("best short evaluation so far")
     ax.set_title(title)
