@@ -37,8 +37,9 @@ import json, sys
 import ray
 from ray._private import state
 ray.init(address=sys.argv[1], log_to_driver=False)
+# A node that has left the cluster is listed with no resources: no label, no actors.
 label = {n["NodeID"]: next(k for k in n["Resources"] if k.startswith("node_"))
-         for n in ray.nodes()}
+         for n in ray.nodes() if n["Alive"]}
 actors = state.actors().values()
 where = lambda address: (address["IPAddress"], address["Port"])
 by_address = {where(a["Address"]): a for a in actors}
@@ -47,7 +48,8 @@ for actor in actors:
     owner = by_address.get(where(actor["OwnerAddress"]))
     if owner is not None and owner["ActorClassName"] == sys.argv[2]:
         trials.setdefault(owner["ActorID"], []).append(
-            [actor["ActorClassName"], label[actor["Address"]["NodeID"]], actor["StartTime"]])
+            [actor["ActorClassName"], label.get(actor["Address"]["NodeID"], "gone"),
+             actor["StartTime"]])
 print(json.dumps(trials))
 """
 
@@ -395,8 +397,9 @@ import json, sys
 import ray
 from ray._private import state
 ray.init(address=sys.argv[1], log_to_driver=False)
+# A node that has left the cluster is listed with no resources: no label, no actors.
 label = {n["NodeID"]: next(k for k in n["Resources"] if k.startswith("node_"))
-         for n in ray.nodes()}
+         for n in ray.nodes() if n["Alive"]}
 print(json.dumps(sorted(label[a["Address"]["NodeID"]] for a in state.actors().values()
                         if a["ActorClassName"] == sys.argv[2] and a["State"] == "ALIVE")))
 """
