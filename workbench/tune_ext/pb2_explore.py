@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from ray.tune.experiment import Trial
 from ray.tune.schedulers.pb2 import _explore
+from ray.tune.schedulers.pbt import _PBTTrialState
 from ray.tune.utils import flatten_dict
 from ray.tune.utils.util import unflatten_dict  # type: ignore[attr-defined]
 
@@ -84,7 +85,7 @@ class SpreadPB2Explore:
     _burn_in_period: float
     _time_attr: str
     _metric: str | None
-    _metric_op: Any
+    _save_trial_state: Any
     # Keys of log-uniform blocks (explore_in_log).
     _log_keys: frozenset[str] = frozenset()
 
@@ -103,12 +104,9 @@ class SpreadPB2Explore:
             and isinstance(value, int | float)
             and math.isfinite(value)
         ):
-            names = list(self._hyperparam_bounds_flat)
-            config = flatten_dict(trial.config)
-            row = [trial, time, *(config[k] for k in names), self._metric_op * value]
-            entry = pd.DataFrame([row], columns=["Trial", "Time", *names, "Reward"])
-            self.data = pd.concat([self.data, entry]).reset_index(drop=True)
-            self.data.Trial = self.data.Trial.astype("str")
+            # PB2's own row for the result, on a scratch state: the trial's PBT state
+            # (its score, clock, last result) is left to its decisions.
+            self._save_trial_state(_PBTTrialState(trial), time, result, trial)
         decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
         return decision
 
@@ -126,15 +124,16 @@ class SpreadPB2Explore:
         self, trial: Any, trial_to_clone: Any
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         keys = list(self._hyperparam_bounds_flat)
-        bounds = [
-            (self._to_gp(k, float(lo)), self._to_gp(k, float(hi)))
-            for k, (lo, hi) in ((k, self._hyperparam_bounds_flat[k]) for k in keys)
-        ]
-        others = [
-            [self._to_gp(k, float(flatten_dict(t.config)[k])) for k in keys]
+        bounds = []
+        for k in keys:
+            lo, hi = self._hyperparam_bounds_flat[k]
+            bounds.append((self._to_gp(k, float(lo)), self._to_gp(k, float(hi))))
+        live = [
+            flatten_dict(t.config)
             for t in self._trial_state
             if t is not trial and getattr(t, "status", None) not in (Trial.TERMINATED, Trial.ERROR)
         ]
+        others = [[self._to_gp(k, float(config[k])) for k in keys] for config in live]
         data = self.data.copy()
         for key in self._log_keys & set(data.columns):
             data[key] = np.log10(data[key].astype(float))

@@ -83,8 +83,9 @@ SURFACE: tuple[Private, ...] = (
     Private(_PBT, "_time_attr"),
     Private(_PBT, "_custom_explore_fn"),
     Private(_PBT, "_burn_in_period"),
-    Private(_PBT, "_metric_op"),
     Private(_PBT, "_metric"),
+    Private(_PBT, "_save_trial_state", ("self", "state", "time", "result", "trial")),
+    Private("ray.tune.schedulers.pbt", "_PBTTrialState", ("trial",)),
     Private(
         "ray.tune.schedulers.pb2",
         "_explore",
