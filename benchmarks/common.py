@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -206,18 +207,30 @@ def print_log_tail(log: Path, lines: int, header: str) -> None:
         print(f"    {line}")
 
 
-def timed_launch_run(resolved: Any) -> tuple[Any, float]:
-    """``workbench.run.launch.run`` of a resolved experiment, quiet, and the seconds its
-    Tune ``fit()`` took (the clock a plain ``tuner.fit()`` is timed by). Imports the
-    workbench only when called."""
+@dataclass(frozen=True)
+class FitWindow:
+    """When Tune's ``fit()`` ran: its seconds (perf counter) and its end (epoch seconds)."""
+
+    seconds: float
+    ended_at: float
+
+    @property
+    def started_at(self) -> float:
+        return self.ended_at - self.seconds
+
+
+def timed_launch_run(resolved: Any) -> tuple[Any, FitWindow]:
+    """``workbench.run.launch.run`` of a resolved experiment, quiet, and when its Tune
+    ``fit()`` ran (the clock a plain ``tuner.fit()`` is timed by). Imports the workbench
+    only when called."""
     from workbench.run import launch
 
-    fit_s: list[float] = []
+    windows: list[FitWindow] = []
     original = launch.fit
 
     def timed_fit(tuner: Any, *fit_args: Any) -> tuple[Any, float, bool]:
         results, elapsed, signalled = original(tuner, *fit_args)
-        fit_s.append(elapsed)
+        windows.append(FitWindow(seconds=elapsed, ended_at=time.time()))
         return results, elapsed, signalled
 
     launch.fit = timed_fit
@@ -225,4 +238,40 @@ def timed_launch_run(resolved: Any) -> tuple[Any, float]:
         summary = launch.run(resolved, progress_interval_s=1e9)
     finally:
         launch.fit = original
-    return summary, fit_s[0]
+    return summary, windows[0]
+
+
+def outside_train_split(
+    trials: dict[str, list[dict[str, Any]]], window: FitWindow
+) -> dict[str, float]:
+    """The trials' slot time outside ``train()`` (``len(trials) x fit wall``, every trial
+    running from the start of ``fit()`` to its end), in three shares of that slot time:
+
+    * ``outside_before``: before each trial's first result, less that iteration: Ray placing
+      the trial, its process importing torch and RLlib, the algorithm's build;
+    * ``outside_between``: between its results, less their iterations: Tune's loop and
+      callbacks, checkpoints, the restores of PBT exploits, waiting to be scheduled again;
+    * ``outside_after``: after its last result: its last checkpoint, the actor stopping,
+      ``fit()`` returning.
+
+    The three add up to ``1 - sum(time_this_iter_s) / slot``. Tune stamps a result with
+    whole seconds (``timestamp``), so each part is good to a second a trial (a short part
+    can come out a little below 0)."""
+    slot_s = len(trials) * window.seconds
+    before = between = after = 0.0
+    for rows in trials.values():
+        if not rows:
+            before += window.seconds
+            continue
+        first, last = rows[0], rows[-1]
+        before += float(first["timestamp"]) - window.started_at - float(first["time_this_iter_s"])
+        between += float(last["timestamp"]) - float(first["timestamp"])
+        between -= sum(float(r["time_this_iter_s"]) for r in rows[1:])
+        after += window.ended_at - float(last["timestamp"])
+    if slot_s <= 0:
+        return {}
+    return {
+        "outside_before": before / slot_s,
+        "outside_between": between / slot_s,
+        "outside_after": after / slot_s,
+    }

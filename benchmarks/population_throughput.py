@@ -67,10 +67,12 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/population_thr
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import (
     ROOT,
+    FitWindow,
     command_line,
     cpu_model,
     interleaved,
     number_at,
+    outside_train_split,
     pin_to_one_cpu,
     read_trials,
     spread,
@@ -158,19 +160,23 @@ def resolved_experiment(data: dict[str, Any], folder: Path) -> Any:
     return load_and_resolve(path)
 
 
-def population_figures(trials_dir: Path, wall_s: float, population: int) -> dict[str, float]:
-    trials = list(read_trials(trials_dir).values())
+def population_figures(trials_dir: Path, fit: FitWindow, population: int) -> dict[str, float]:
+    by_trial = read_trials(trials_dir)
+    trials = list(by_trial.values())
     steps = sum(
         number_at(r, "env_runners", "num_env_steps_sampled") or 0.0 for rows in trials for r in rows
     )
     train_s = sum(float(r.get("time_this_iter_s", 0.0)) for rows in trials for r in rows)
-    return {
-        "wall_s": wall_s,
+    figures = {
+        "wall_s": fit.seconds,
         "env_steps": steps,
-        "rate": steps / wall_s,
-        "outside": 1.0 - train_s / (population * wall_s),
+        "rate": steps / fit.seconds,
+        "outside": 1.0 - train_s / (population * fit.seconds),
         "iterations": float(sum(len(rows) for rows in trials)),
     }
+    if len(by_trial) == population:  # every trial ran from the start of fit() to its end
+        figures.update(outside_train_split(by_trial, fit))
+    return figures
 
 
 # --- the arms ----------------------------------------------------------------------------------
@@ -294,10 +300,10 @@ def run_workbench(
         task, population, args.iterations, args.cpus, folder, "workbench", env_id
     )
     resolved = resolved_experiment(data, folder)
-    summary, fit_s = timed_launch_run(resolved)
+    summary, fit = timed_launch_run(resolved)
     if summary.errors:
         raise SystemExit(f"workbench population: {summary.errors} trials errored")
-    figures = population_figures(resolved.results_dir, fit_s, population)
+    figures = population_figures(resolved.results_dir, fit, population)
     found = diagnose_target(str(resolved.results_dir))
     report = found.population_report or found.reports[0]
     split = report.split
@@ -336,10 +342,10 @@ def run_rllib(
     )
     start = time.perf_counter()
     results = tuner.fit()
-    wall = time.perf_counter() - start
+    fit = FitWindow(seconds=time.perf_counter() - start, ended_at=time.time())
     if results.errors:
         raise SystemExit(f"Tune + RLlib population: {len(results.errors)} trials errored")
-    return population_figures(folder / "tune_results" / "rllib", wall, population)
+    return population_figures(folder / "tune_results" / "rllib", fit, population)
 
 
 def run_sb3(
@@ -431,6 +437,18 @@ def report(task_name: str, population: int, runs: dict[str, list[dict[str, float
                 lines.append(f"{wb / other:.2f}x {label}")
         if lines:
             print(f"{ours}: " + ", ".join(lines) + " (medians)")
+    for arm in ("workbench", "rllib"):
+        split = [f for f in runs.get(arm, []) if "outside_before" in f]
+        if split:
+            cells = ", ".join(
+                f"{label} {100 * _median(split, key):.1f}%"
+                for key, label in (
+                    ("outside_before", "before the first result"),
+                    ("outside_between", "between results"),
+                    ("outside_after", "after the last"),
+                )
+            )
+            print(f"{names[arm]}, outside train(): {cells} (medians, of the slot time)")
     shares = [f for f in runs.get("workbench", []) if "sampling" in f]
     if shares:
         cells = ", ".join(

@@ -193,11 +193,11 @@ def population_figures(experiment_dir: Path, wall_s: float, population: int) -> 
 def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
     resolved = resolved_experiment(experiment_data(args, folder, "workbench"), folder)
     start = time.perf_counter()
-    summary, fit_s = timed_launch_run(resolved)
+    summary, fit = timed_launch_run(resolved)
     command_s = time.perf_counter() - start
     if summary.errors:
         raise SystemExit(f"workbench population: {summary.errors} trials errored")
-    figures = population_figures(resolved.results_dir, fit_s, args.population)
+    figures = population_figures(resolved.results_dir, fit.seconds, args.population)
     figures["command_s"] = command_s
     return figures
 

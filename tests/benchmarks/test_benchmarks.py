@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -284,7 +286,13 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
     for arm in ("workbench", "rllib"):
         figures = runs[arm][0]
         assert 0 < figures["outside"] < 1 and figures["rate"] > 0
+        # Outside train(), in three parts that add up to it; the trials' processes start
+        # before their first result, which is most of it on a run this short.
+        pieces = [figures[f"outside_{p}"] for p in ("before", "between", "after")]
+        assert sum(pieces) == pytest.approx(figures["outside"], abs=1e-6)
+        assert pieces[0] > 0
     assert 0 < runs["workbench"][0]["learner"] < 1
+    assert "workbench, outside train(): before the first result" in result.stdout
 
 
 def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
