@@ -17,7 +17,7 @@ CSRC := $(shell find sim_ext/csrc -name '*.h' -o -name '*.cpp') CMakeLists.txt
 # needs a reinstall (cheap: the C++ build is cached in build/).
 PYSRC := $(shell find workbench sim_ext -name '*.py')
 
-.PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv docs clean
+.PHONY: setup run demo test test-fast test-deps lint format bench zoo-venv docs clean cluster-up cluster-down
 
 # Every shipped experiment runs after it: the LunarLander one needs the box2d extra.
 setup: $(STAMP)/ext $(STAMP)/box2d
@@ -47,6 +47,16 @@ $(STAMP)/ext: $(STAMP)/deps $(CSRC) $(PYSRC)
 # so `workbench runs` and `workbench ui` show every one without options.
 run: setup
 	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results
+
+# A Ray cluster of NODES nodes on this machine (loopback; CPUS a node, or one figure a
+# node): `workbench run FILE --address ADDRESS` with the address it prints. docs/resources.md.
+NODES ?= 4
+CPUS ?= 1
+cluster-up: setup
+	$(PY) deploy/local_cluster.py up --nodes $(NODES) --cpus $(CPUS)
+
+cluster-down:
+	$(PY) deploy/local_cluster.py down
 
 demo: setup
 	$(PY) -m sim_ext --env CartPole-v1 --num-envs 4096

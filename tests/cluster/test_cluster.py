@@ -2,30 +2,27 @@
 `workbench run --address` trains a small population on it, with SPREAD putting each
 trial's env runners on both nodes (read from the actors' node ids in Ray's actor table).
 
-The nodes are two `ray start` processes on loopback, told apart by a custom resource
-(node_a on the head, node_b on the worker) and their CPU counts. Every port is chosen
-here and the cluster's temp dir is the test's own, so other Ray instances on the machine
-are not touched; the fixture kills exactly the processes it started (and their children)
-and checks that none is left.
+The nodes are `ray start` processes on loopback (deploy/local_cluster.py, what `make
+cluster-up` runs), told apart by a custom resource (node_0 on the head, node_1... on the
+workers) and their CPU counts. Every port is chosen free and the cluster's temp dir is its
+own, so other Ray instances on the machine are not touched; the fixture stops exactly the
+processes it started (and their children) and checks that none is left.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from deploy.local_cluster import LocalCluster
 from tests.support.experiments import tiny_ppo, write_experiment
 
 BIN = Path(sys.executable).parent
@@ -54,136 +51,15 @@ print(json.dumps(trials))
 """
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _processes() -> dict[int, tuple[str, int, int]]:
-    """pid -> (state, parent pid, process group), from /proc."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-    return table
-
-
-def _ours(groups: set[int]) -> set[int]:
-    """Live processes in these process groups, and all their descendants."""
-    table = _processes()
-    found = {pid for pid, (_, _, group) in table.items() if group in groups}
-    grew = True
-    while grew:
-        grew = False
-        for pid, (_, parent, _) in table.items():
-            if parent in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return {pid for pid in found if pid in table and table[pid][0] != "Z"}
-
-
-class TwoNodes:
-    def __init__(self, temp_dir: Path) -> None:
-        self.temp_dir = temp_dir
-        # The head switches token auth on by itself when ~/.ray/auth_token exists and a
-        # joining worker does not: say it for both (loopback only).
-        self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-        self.env.pop("RAY_ADDRESS", None)
-        self.groups: set[int] = set()
-        self.seen: set[int] = set()
-        ports = _free_ports(14)
-        self.address = f"127.0.0.1:{ports[0]}"
-        common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-        self.head = [
-            "--head",
-            f"--port={ports[0]}",
-            "--num-cpus=2",
-            '--resources={"node_a": 1}',
-            f"--temp-dir={temp_dir}",
-            "--include-dashboard=false",
-            f"--dashboard-port={ports[1]}",
-            *self._node_ports(ports[2:8]),
-            *common,
-        ]
-        self.worker = [
-            f"--address={self.address}",
-            "--num-cpus=3",
-            '--resources={"node_b": 1}',
-            *self._node_ports(ports[8:14]),
-            *common,
-        ]
-
-    @staticmethod
-    def _node_ports(ports: list[int]) -> list[str]:
-        names = (
-            "node-manager-port",
-            "object-manager-port",
-            "dashboard-agent-listen-port",
-            "dashboard-agent-grpc-port",
-            "metrics-export-port",
-            "runtime-env-agent-port",
-        )
-        return [f"--{name}={port}" for name, port in zip(names, ports, strict=True)]
-
-    def start(self, args: list[str]) -> None:
-        # Its own session: the daemons `ray start` leaves behind keep this process group.
-        starter = subprocess.Popen(
-            [str(BIN / "ray"), "start", *args],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.groups.add(starter.pid)
-        out, _ = starter.communicate(timeout=120)
-        assert starter.returncode == 0, out[-3000:]
-        self.seen |= _ours(self.groups)
-
-    def stop(self) -> list[int]:
-        """Stops every process of the cluster; returns those still alive (none, we hope)."""
-        # Now, while the raylets live: the trial workers they started are their children.
-        self.seen |= _ours(self.groups)
-        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            for pid in self.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + wait_s
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        return sorted(self.alive())
-
-    def alive(self) -> set[int]:
-        table = _processes()
-        pids = {p for p in self.seen if p in table and table[p][0] != "Z"}
-        return pids | _ours(self.groups)
-
-
 @pytest.fixture
-def two_nodes() -> Iterator[TwoNodes]:
-    # A short path: Ray's Unix sockets live under the temp dir (107 characters at most).
-    temp_dir = Path(tempfile.mkdtemp(prefix="wbray-", dir="/tmp"))
-    cluster = TwoNodes(temp_dir)
+def two_nodes() -> Iterator[LocalCluster]:
+    """node_0, the head, with 2 CPUs; node_1, a worker, with 3."""
+    cluster = LocalCluster(cpus=[2, 3], ray=str(BIN / "ray"))
     try:
-        cluster.start(cluster.head)
-        cluster.start(cluster.worker)
+        cluster.up()
         yield cluster
     finally:
         left = cluster.stop()
-        shutil.rmtree(temp_dir, ignore_errors=True)
         assert not left, f"processes of the test cluster left running: {sorted(left)}"
 
 
@@ -209,7 +85,7 @@ def _experiment(tmp_path: Path) -> Path:
 
 
 def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
-    two_nodes: TwoNodes, tmp_path: Path
+    two_nodes: LocalCluster, tmp_path: Path
 ) -> None:
     file = _experiment(tmp_path)
     env = two_nodes.env
@@ -269,28 +145,11 @@ def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
         assert runners and len(runners) % 2 == 0, owned
         for build in range(0, len(runners), 2):
             pair = [node for _, node in runners[build : build + 2]]
-            assert sorted(pair) == ["node_a", "node_b"], owned
-
-
-def _raylet_of(cluster: TwoNodes, node_args: list[str]) -> int:
-    """The raylet process of the node started with these `ray start` arguments."""
-    port = next(a.split("=", 1)[1] for a in node_args if a.startswith("--node-manager-port="))
-    for pid in sorted(_ours(cluster.groups)):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            cmdline
-            and cmdline[0].endswith(b"raylet")
-            and (f"--node_manager_port={port}".encode() in cmdline)
-        ):
-            return pid
-    raise AssertionError(f"no raylet with node manager port {port}")
+            assert sorted(pair) == ["node_0", "node_1"], owned
 
 
 def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
-    two_nodes: TwoNodes, tmp_path: Path
+    two_nodes: LocalCluster, tmp_path: Path
 ) -> None:
     """The resume drill on a cluster: the worker node's raylet is SIGKILLed mid-run;
     the trials it held fail and are retried from their checkpoints on the head."""
@@ -356,8 +215,8 @@ def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
         )
         assert placed.returncode == 0, placed.stderr[-3000:]
         nodes = json.loads(placed.stdout.strip().splitlines()[-1])
-        assert "node_b" in nodes, nodes  # a trial on the node about to go
-        os.kill(_raylet_of(two_nodes, two_nodes.worker), signal.SIGKILL)
+        assert "node_1" in nodes, nodes  # a trial on the node about to go
+        os.kill(two_nodes.raylet(two_nodes.nodes[1]), signal.SIGKILL)
         driver.wait(timeout=400)
     finally:
         if driver.poll() is None:

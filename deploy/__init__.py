@@ -1,0 +1,1 @@
+"""Deployment: the KubeRay manifests (kuberay/) and a local multi-node Ray cluster."""
