@@ -92,6 +92,13 @@ def test_asha_with_optuna_stops_weak_trials_early(tmp_path: Path) -> None:
     # Optuna suggested the configurations: all different, all inside the block.
     lrs = {t.hyperparameters["lr"] for t in summary.trials}
     assert len(lrs) == 6 and all(1e-6 <= lr <= 1e-2 for lr in lrs)
+    # Each trial's results in the workbench's result.json and progress.csv, and no
+    # TensorBoard event files (Tune's third logger, off: MLflow holds the same).
+    trial_dirs = [p for p in resolved.results_dir.iterdir() if (p / "params.json").is_file()]
+    assert len(trial_dirs) == 6
+    for trial_dir in trial_dirs:
+        assert (trial_dir / "result.json").is_file() and (trial_dir / "progress.csv").is_file()
+    assert not list(resolved.results_dir.rglob("events.out.tfevents*"))
 
 
 def test_an_env_step_budget_ends_a_search_with_trials_still_to_run(tmp_path: Path) -> None:
