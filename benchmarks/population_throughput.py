@@ -77,6 +77,7 @@ from benchmarks.common import (
     read_trials,
     spread,
     timed_launch_run,
+    tunes_own_loggers,
 )
 
 ARMS = ("parts", "workbench", "workbench_envpool", "rllib", "sb3")
@@ -341,7 +342,8 @@ def run_rllib(
         ),
     )
     start = time.perf_counter()
-    results = tuner.fit()
+    with tunes_own_loggers():
+        results = tuner.fit()
     fit = FitWindow(seconds=time.perf_counter() - start, ended_at=time.time())
     if results.errors:
         raise SystemExit(f"Tune + RLlib population: {len(results.errors)} trials errored")

@@ -74,6 +74,7 @@ from benchmarks.common import (
     read_trials,
     spread,
     timed_launch_run,
+    tunes_own_loggers,
 )
 
 
@@ -232,7 +233,8 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
         ),
     )
     start = time.perf_counter()
-    results = tuner.fit()
+    with tunes_own_loggers():
+        results = tuner.fit()
     wall = time.perf_counter() - start
     if results.errors:
         raise SystemExit(f"Tune-defaults population: {len(results.errors)} trials errored")
