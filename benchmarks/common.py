@@ -22,8 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -206,20 +205,6 @@ def print_log_tail(log: Path, lines: int, header: str) -> None:
     print(header)
     for line in log.read_text().splitlines()[-lines:]:
         print(f"    {line}")
-
-
-@contextmanager
-def tunes_own_loggers() -> Iterator[None]:
-    """Tune's default result loggers (JSON, CSV, TensorBoard) for a plain ``tuner.fit()``
-    run in a process where ``workbench.run.launch.run`` has switched them off (it writes its
-    own result files): an arm measured as Tune's defaults gets Tune's defaults."""
-    key = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
-    before = os.environ.pop(key, None)
-    try:
-        yield
-    finally:
-        if before is not None:
-            os.environ[key] = before
 
 
 @dataclass(frozen=True)

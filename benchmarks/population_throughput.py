@@ -77,7 +77,6 @@ from benchmarks.common import (
     read_trials,
     spread,
     timed_launch_run,
-    tunes_own_loggers,
 )
 
 ARMS = ("parts", "workbench", "workbench_envpool", "rllib", "sb3")
@@ -342,8 +341,7 @@ def run_rllib(
         ),
     )
     start = time.perf_counter()
-    with tunes_own_loggers():
-        results = tuner.fit()
+    results = tuner.fit()
     fit = FitWindow(seconds=time.perf_counter() - start, ended_at=time.time())
     if results.errors:
         raise SystemExit(f"Tune + RLlib population: {len(results.errors)} trials errored")

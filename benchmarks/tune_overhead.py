@@ -74,7 +74,6 @@ from benchmarks.common import (
     read_trials,
     spread,
     timed_launch_run,
-    tunes_own_loggers,
 )
 
 
@@ -233,8 +232,7 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
         ),
     )
     start = time.perf_counter()
-    with tunes_own_loggers():
-        results = tuner.fit()
+    results = tuner.fit()
     wall = time.perf_counter() - start
     if results.errors:
         raise SystemExit(f"Tune-defaults population: {len(results.errors)} trials errored")

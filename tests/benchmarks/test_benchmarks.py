@@ -295,6 +295,36 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
     assert "workbench, outside train(): before the first result" in result.stdout
 
 
+def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
+    tmp_path: Path,
+) -> None:
+    # 4 trials x 2 iterations on a cluster of 2 `ray start` nodes (deploy/local_cluster.py).
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "population_scale.py"),
+            *("--quick", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "processes of the cluster left running" not in result.stdout
+    (row,) = json.loads(out.read_text())
+    assert row["size"] == 4 and row["env_steps"] > 0 and 0 < row["outside"] < 1
+    pieces = [row[f"outside_{p}"] for p in ("before", "between", "after")]
+    assert sum(pieces) == pytest.approx(row["outside"], abs=1e-6)
+    # Every trial process was seen, with its memory, on one of the two nodes.
+    assert row["trial_processes"] >= 4 and row["rss_median_mb"] > 50
+    assert set(row["per_node"]) <= {"node_0", "node_1"}
+    assert sum(row["per_node"].values()) == row["trial_processes"]
+    assert "| 4 |" in result.stdout
+
+
 def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     result = subprocess.run(

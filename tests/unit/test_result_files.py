@@ -11,11 +11,13 @@ the loggers the workbench hands Tune (Tune's own if it hands none)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow.fs
+import pytest
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from tests.support.experiments import small_pbt, write_experiment
@@ -144,3 +146,26 @@ def test_an_experiment_ended_as_a_whole_closes_its_running_trials_files(tmp_path
     for logger in (json_logger, csv_logger):
         logger.on_experiment_end([trial])
     assert not json_logger._rows and not csv_logger._trial_files and csv_file.closed
+
+
+def test_tunes_default_loggers_are_off_only_inside_the_workbenchs_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ray.tune.utils.callback import _create_default_callbacks
+
+    from workbench.tune_ext.result_files import without_tune_loggers
+
+    def tune_adds() -> set[str]:
+        return {type(c).__name__ for c in _create_default_callbacks([], air_verbosity=None)}
+
+    key = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
+    monkeypatch.delenv(key, raising=False)
+    assert "TBXLoggerCallback" in tune_adds()  # the fall: Tune's TensorBoard logger
+    with without_tune_loggers():
+        assert not {"TBXLoggerCallback", "CSVLoggerCallback"} & tune_adds()
+    # After it, a plain Tune run in the same process gets Tune's loggers again.
+    assert key not in os.environ and "JsonLoggerCallback" in tune_adds()
+    monkeypatch.setenv(key, "0")
+    with without_tune_loggers():
+        assert os.environ[key] == "1"
+    assert os.environ[key] == "0"

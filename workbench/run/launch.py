@@ -267,10 +267,6 @@ def _tune_environment() -> None:
     # prints its configuration box and TensorBoard hint whatever `verbose` says; the
     # legacy one prints nothing at verbose=0.
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    # Tune adds a TensorBoard logger beside the JSON and CSV ones the workbench gives it:
-    # on MountainCar's 0.7 s iterations its event files cost the driver about 12 ms a
-    # result (more than the MLflow tracker), for a copy of what MLflow holds.
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     sync_without_temp_files()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import Interrupted
+from workbench.tune_ext.result_files import without_tune_loggers
 
 
 class StopSignals:
@@ -68,7 +69,7 @@ def fit(tuner: Any, session: Any, results_dir: Path) -> tuple[Any, float, bool]:
     start = time.monotonic()
     with StopSignals() as signals:
         try:
-            with session.table.showing():
+            with session.table.showing(), without_tune_loggers():
                 results = tuner.fit()
             return results, time.monotonic() - start, signals.count > 0
         except KeyboardInterrupt:

@@ -1,0 +1,231 @@
+"""Population scale: a PBT population of 4, 8, 16 and 32 trials on a four-node Ray cluster on
+this machine, each size timed for its time outside ``train()`` and measured for the memory of
+its trial processes and where Ray placed them.
+
+Usage::
+
+    .venv/bin/python benchmarks/population_scale.py                  # 4, 8, 16, 32 on 4 nodes
+    .venv/bin/python benchmarks/population_scale.py --sizes 8,32 --iterations 20
+    .venv/bin/python benchmarks/population_scale.py --quick          # a smoke run (the test)
+
+Method. ``deploy/local_cluster.py`` starts ``--nodes`` ``ray start`` nodes on loopback with
+``--cpus-per-node`` CPUs each (what ``make cluster-up`` does; more logical CPUs than the
+machine's cores, as a user sizing a population on one box would declare). This process joins
+it as the driver (``ray.init(address=...)``) and runs ``workbench.run.launch.run`` of the
+main experiment (``experiments/cartpole_pbt.yaml``: PPO, PBT, the workbench's checkpoints,
+short evaluations and MLflow tracking) once per size, smallest first, with every trial at
+``nodes x cpus / size`` CPUs so that the whole population runs at once, ``--iterations``
+iterations each, no return target, no final evaluation.
+
+Figures per size: the population's env steps per second over ``fit()``; the share of the
+trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
+first result, between results and after its last (``benchmarks.common.outside_train_split``);
+the peak resident memory (RSS) of each trial process, sampled every 0.5 s from ``/proc`` for
+the processes Ray titles ``ray::PPO``, and the sum of those peaks; and the trial processes per
+node, from the node's raylet being their parent. One run per size: read the figures as
+single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/population_scale.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import (
+    EXPERIMENT,
+    ROOT,
+    command_line,
+    cpu_model,
+    number_at,
+    outside_train_split,
+    read_trials,
+    timed_launch_run,
+)
+from deploy.local_cluster import LocalCluster, processes
+
+TRIAL_TITLE = b"ray::PPO"  # Ray's process title for the trainable's actor (and its tasks)
+
+
+class TrialMemory:
+    """Peak RSS of every live trial process, sampled in a thread until stopped; and which
+    raylet (node) each one belongs to, by parent process."""
+
+    def __init__(self, raylets: dict[int, str], period_s: float = 0.5) -> None:
+        self.raylets = raylets
+        self.period_s = period_s
+        self.peak_mb: dict[int, float] = {}
+        self.node_of: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> TrialMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.period_s):
+            table = processes()
+            for pid, (_, parent, _) in table.items():
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                if not title.startswith(TRIAL_TITLE):
+                    continue
+                rss = next((ln for ln in status.splitlines() if ln.startswith("VmRSS:")), "")
+                if not rss:
+                    continue
+                mb = int(rss.split()[1]) / 1024
+                self.peak_mb[pid] = max(self.peak_mb.get(pid, 0.0), mb)
+                self.node_of.setdefault(pid, self.raylets.get(parent, "?"))
+
+
+def experiment_data(size: int, iterations: int, cpus: float, folder: Path) -> dict[str, Any]:
+    data = yaml.safe_load(EXPERIMENT.read_text())
+    per_trial = cpus / size
+    data.update(
+        name=f"scale{size}",
+        population=size,
+        storage=str(folder),
+        stop={"iterations": iterations},
+        evaluation={**(data.get("evaluation") or {}), "at_end": "none"},
+    )
+    data["resources"].update(cpus_main=per_trial, cpus_per_learner=per_trial)
+    data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
+    return data
+
+
+def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path) -> Any:
+    from workbench.experiment.resolve import load_and_resolve
+
+    cpus = sum(cluster.cpus)
+    where = folder / f"size{size}"
+    where.mkdir(parents=True)
+    path = where / "scale.yaml"
+    path.write_text(yaml.safe_dump(experiment_data(size, args.iterations, cpus, where)))
+    resolved = load_and_resolve(path)
+    raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
+    with TrialMemory(raylets) as memory:
+        summary, fit = timed_launch_run(resolved)
+    if summary.errors:
+        raise SystemExit(f"population of {size}: {summary.errors} trials errored")
+    trials = read_trials(resolved.results_dir)
+    steps = sum(
+        number_at(r, "env_runners", "num_env_steps_sampled") or 0.0
+        for rows in trials.values()
+        for r in rows
+    )
+    train_s = sum(float(r["time_this_iter_s"]) for rows in trials.values() for r in rows)
+    peaks = sorted(memory.peak_mb.values())
+    per_node: dict[str, int] = {}
+    for pid in memory.peak_mb:
+        node = memory.node_of.get(pid, "?")
+        per_node[node] = per_node.get(node, 0) + 1
+    figures = {
+        "size": size,
+        "wall_s": fit.seconds,
+        "env_steps": steps,
+        "rate": steps / fit.seconds,
+        "outside": 1.0 - train_s / (size * fit.seconds),
+        "trial_processes": len(peaks),
+        "rss_median_mb": statistics.median(peaks) if peaks else float("nan"),
+        "rss_max_mb": peaks[-1] if peaks else float("nan"),
+        "rss_sum_mb": sum(peaks),
+        "per_node": dict(sorted(per_node.items())),
+    }
+    if len(trials) == size:
+        figures.update(outside_train_split(trials, fit))
+    return figures
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(
+        "\n| trials | fit s | env steps/s | outside train() | before first | between "
+        "| after last | trial RSS MB median [max] | RSS sum GB | trial processes per node |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for f in rows:
+        split = [100 * f.get(f"outside_{p}", float("nan")) for p in ("before", "between", "after")]
+        nodes = ", ".join(f"{k} {v}" for k, v in f["per_node"].items())
+        print(
+            f"| {f['size']} | {f['wall_s']:.0f} | {f['rate']:.0f} | {100 * f['outside']:.1f}% "
+            f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
+            f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] | {f['rss_sum_mb'] / 1024:.1f} "
+            f"| {nodes} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="4,8,16,32", help="population sizes, in order")
+    parser.add_argument("--iterations", type=int, default=40, help="per trial")
+    parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
+    parser.add_argument("--cpus-per-node", type=float, default=2.0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.quick:
+        sizes, args.iterations, args.nodes = [4], 2, 2
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # the cluster's setting (deploy/local_cluster.py)
+    os.environ.pop("RAY_ADDRESS", None)
+    import ray
+
+    print("command:", command_line())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print(
+        f"{now:%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs ({cpu_model()}), load average "
+        f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}, "
+        f"ray {ray.__version__}; {args.nodes} nodes x {args.cpus_per_node:g} CPUs, "
+        f"{args.iterations} iterations a trial",
+        flush=True,
+    )
+    cluster = LocalCluster(
+        cpus=[args.cpus_per_node] * args.nodes, ray=str(Path(sys.executable).parent / "ray")
+    )
+    folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        cluster.up()
+        ray.init(address=cluster.address, log_to_driver=False)
+        for size in sizes:
+            started = time.monotonic()
+            rows.append(run_size(size, args, cluster, folder))
+            print(f"population {size}: done in {time.monotonic() - started:.0f} s", flush=True)
+    finally:
+        ray.shutdown()
+        left = cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    report(rows)
+    if left:
+        print(f"processes of the cluster left running: {left}")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
