@@ -237,7 +237,7 @@ def parts_main(task_name: str, folder: Path) -> int:
     batch = int(config.train_batch_size_per_learner)
     n = exp.resources.env_runners.envs_per_runner
     env_config = dict(exp.env.config)
-    if vectorize_mode(resolved) == "vector_entry_point":
+    if vectorize_mode(resolved.experiment) == "vector_entry_point":
         env = make_env(exp.env.id, {**env_config, "num_envs": n})
     else:
         import gymnasium as gym
@@ -331,7 +331,7 @@ def run_rllib(
     config = algorithm_config(resolved)
     tuner = tune.Tuner(
         config.algo_class,
-        param_space=param_space(resolved, config),
+        param_space=param_space(resolved.tune_space, config),
         tune_config=tune.TuneConfig(num_samples=population),
         run_config=tune.RunConfig(
             name="rllib",

@@ -222,7 +222,7 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
     )
     tuner = tune.Tuner(
         config.algo_class,
-        param_space=param_space(resolved, config),
+        param_space=param_space(resolved.tune_space, config),
         tune_config=tune.TuneConfig(scheduler=pbt, num_samples=args.population),
         run_config=tune.RunConfig(
             name="tune",

@@ -15,6 +15,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -180,8 +181,9 @@ def with_resources(resolved: ResolvedExperiment, **changes: Any) -> ResolvedExpe
     return dataclasses.replace(resolved, experiment=new)
 
 
-def request_for(resolved: ResolvedExperiment, config: AlgorithmConfig) -> TrialRequest:
-    """The placement group of one trial of this experiment, read from RLlib's config."""
+def request_for(file: Path, config: AlgorithmConfig) -> TrialRequest:
+    """The placement group of one trial of the experiment in ``file``, read from RLlib's
+    config (``file`` names it in the error when RLlib rejects the config)."""
     # RLlib's validate() logs "You are running PPO on the new API stack!" each time.
     quiet = logging.getLogger("ray.rllib.algorithms.algorithm_config")
     level = quiet.level
@@ -190,7 +192,7 @@ def request_for(resolved: ResolvedExperiment, config: AlgorithmConfig) -> TrialR
         return trial_request(config)
     except ValueError as err:  # RLlib's config.validate()
         raise ExperimentError.single(
-            str(resolved.file), "resources", f"RLlib rejects the config: {err}"
+            str(file), "resources", f"RLlib rejects the config: {err}"
         ) from None
     finally:
         quiet.setLevel(level)
@@ -214,7 +216,7 @@ def make_plan(
     where = str(resolved.file)
     if config is None:
         config = build_config(resolved)
-    request = request_for(resolved, config)
+    request = request_for(resolved.file, config)
     warnings: list[str] = []
     problems: list[Problem] = []
     notes: list[str] = []
@@ -224,7 +226,7 @@ def make_plan(
         fallback = True
         resolved = with_resources(resolved, gpus_per_learner=0.0)
         config = with_resources_of(config, resolved)
-        request = request_for(resolved, config)
+        request = request_for(resolved.file, config)
         warnings.append(
             f"NO GPU on {cluster.source}: the experiment asks for GPU {gpus:g} per "
             "trial and says resources.no_gpu: cpu_fallback, so its learners train on "
@@ -402,7 +404,7 @@ def what_would_fit(
     def fits(changes: dict[str, Any]) -> bool:
         try:
             changed = with_resources(resolved, **changes)
-            candidate = request_for(changed, with_resources_of(config, changed))
+            candidate = request_for(changed.file, with_resources_of(config, changed))
         except ExperimentError:
             return False
         return not unfit_reasons(candidate, cluster)

@@ -14,6 +14,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.search_space import SearchSpace
 from workbench.trial.config import vectorize_mode
 
 # --- documented rates (rough: they say where sampling cannot keep a learner busy) -----------
@@ -108,9 +109,9 @@ def _rate(value: float) -> str:
     return f"{value:.3g} env steps/s"
 
 
-def _searched_range(resolved: ResolvedExperiment, name: str, base: float) -> tuple[float, float]:
+def _searched_range(space: SearchSpace, name: str, base: float) -> tuple[float, float]:
     """The range a hyperparameter takes over the search (its fixed value if not searched)."""
-    spec = resolved.search_space.get(name)
+    spec = space.get(name)
     if spec is None:
         return base, base
     if spec.bounds is not None:
@@ -139,12 +140,13 @@ def _learner_model(
     None for a replaying one (DQN, SAC: training_intensity sets its pace)."""
     if resolved.experiment.algorithm not in ("PPO", "APPO", "IMPALA"):
         return None
+    space = resolved.search_space
     batch = _searched_range(
-        resolved, "train_batch_size_per_learner", float(config.train_batch_size_per_learner)
+        space, "train_batch_size_per_learner", float(config.train_batch_size_per_learner)
     )
-    epochs = _searched_range(resolved, "num_epochs", float(getattr(config, "num_epochs", 1)))
+    epochs = _searched_range(space, "num_epochs", float(getattr(config, "num_epochs", 1)))
     minibatch_base = getattr(config, "minibatch_size", None) or batch[1]
-    minibatch = _searched_range(resolved, "minibatch_size", float(minibatch_base))
+    minibatch = _searched_range(space, "minibatch_size", float(minibatch_base))
     minibatch = (min(minibatch[0], batch[1]), min(minibatch[1], batch[1]))
     return epochs, minibatch, batch, max(int(config.num_learners), 1)
 
@@ -152,7 +154,7 @@ def _learner_model(
 def estimate_throughput(resolved: ResolvedExperiment, config: AlgorithmConfig) -> Throughput:
     """From the documented rates above (rough; say so wherever it is shown)."""
     res = resolved.experiment.resources
-    mode = vectorize_mode(resolved)
+    mode = vectorize_mode(resolved.experiment)
     runners = res.env_runners.count
     cpus = res.env_runners.cpus_each if runners else res.cpus_main
     per_runner = _per_runner_rate(res.env_runners.envs_per_runner, mode) * min(cpus, 1.0)
@@ -229,7 +231,8 @@ def probe_throughput(
             steps += sum(len(e) for e in batch)
         per_runner = steps / (time.perf_counter() - start)
         detail = [
-            f"per runner: {res.env_runners.envs_per_runner} envs, {vectorize_mode(resolved)}, "
+            f"per runner: {res.env_runners.envs_per_runner} envs, "
+            f"{vectorize_mode(resolved.experiment)}, "
             "one core of this machine"
         ]
         low = high = None

@@ -19,7 +19,7 @@ def planned_trials(
     public names), drawn as the run draws them, by the same searcher seeded the same over
     the same param_space. Starts no Ray and writes nothing."""
     config = build_config(resolved, configure)
-    space = param_space(resolved, config)
+    space = param_space(resolved.tune_space, config)
     if resolved.experiment.search.type == "optuna":
         import optuna
 

@@ -246,7 +246,7 @@ def _session(
         tracker.stopper = run_config.stop
     return _Session(
         trainable=seeded_trainable(config.algo_class, score_settings(exp)),
-        param_space=param_space(resolved, config),
+        param_space=param_space(resolved.tune_space, config),
         tune_config=tune_config,
         run_config=run_config,
         table=table,

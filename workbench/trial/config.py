@@ -15,6 +15,8 @@ from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.experiment.combination_checks import lean_learner_applies
 from workbench.experiment.defaults import Defaults
 from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.schema import Experiment
+from workbench.experiment.search_space import ParamSpec
 from workbench.trial.callbacks import callbacks_class
 from workbench.trial.clip_schedule import CLIP_SCHEDULE_KEY
 from workbench.trial.fast_runner import FastEnvRunner
@@ -57,9 +59,8 @@ def register_env(env_id: str) -> str:
     return env_id
 
 
-def vectorize_mode(resolved: ResolvedExperiment) -> str:
+def vectorize_mode(exp: Experiment) -> str:
     """RLlib's gym_env_vectorize_mode for the experiment ('auto' resolved)."""
-    exp = resolved.experiment
     mode = exp.resources.env_runners.vectorize
     if mode == "auto":
         native = exp.env.id.startswith((SIM_EXT_PREFIX, envpool_envs.PREFIX))
@@ -123,7 +124,7 @@ def apply_resources(config: AlgorithmConfig, resolved: ResolvedExperiment) -> Al
             num_env_runners=res.env_runners.count,
             num_envs_per_env_runner=res.env_runners.envs_per_runner,
             num_cpus_per_env_runner=res.env_runners.cpus_each,  # type: ignore[arg-type]  # fractions ok
-            gym_env_vectorize_mode=vectorize_mode(resolved),
+            gym_env_vectorize_mode=vectorize_mode(resolved.experiment),
         )
         .resources(
             num_cpus_for_main_process=res.cpus_main,  # type: ignore[arg-type]
@@ -154,14 +155,14 @@ def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConf
     return config
 
 
-def param_space(resolved: ResolvedExperiment, config: AlgorithmConfig) -> dict[str, Any]:
+def param_space(tune_space: dict[str, ParamSpec], config: AlgorithmConfig) -> dict[str, Any]:
     """Tune's param_space: the config as a dict with the searched keys as domains.
 
     Each trial gets its own seed, drawn by the (seeded) searcher, so trials use
     different, reproducible random streams (RLlib adds the runner index to it).
     """
     space = config.to_dict()
-    for key, spec in resolved.tune_space.items():
+    for key, spec in tune_space.items():
         space[key] = spec.domain()
     space[SEED_KEY] = tune.randint(0, 2**31 - 1)
     return space
