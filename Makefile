@@ -49,11 +49,13 @@ run: setup
 	$(VENV)/bin/workbench run experiments/cartpole_pbt.yaml --set storage=results
 
 # A Ray cluster of NODES nodes on this machine (loopback; CPUS a node, or one figure a
-# node): `workbench run FILE --address ADDRESS` with the address it prints. docs/resources.md.
+# node; MEMORY GB a node, by default a share of what is available): `workbench run FILE
+# --address ADDRESS` with the address it prints. docs/resources.md.
 NODES ?= 4
 CPUS ?= 1
+MEMORY ?=
 cluster-up: setup
-	$(PY) deploy/local_cluster.py up --nodes $(NODES) --cpus $(CPUS)
+	$(PY) deploy/local_cluster.py up --nodes $(NODES) --cpus $(CPUS) $(if $(MEMORY),--memory $(MEMORY))
 
 cluster-down:
 	$(PY) deploy/local_cluster.py down

@@ -1,7 +1,10 @@
 """A Ray cluster of several nodes on this machine, started the way an operator starts one:
 `ray start --head` and `ray start --address ...` for each worker, on loopback, each node with
-its own CPUs and a custom resource naming it (``node_0`` on the head, ``node_1``... on the
-workers). For trying an experiment file against a cluster before moving it to KubeRay
+its own CPUs, memory and a custom resource naming it (``node_0`` on the head, ``node_1``...
+on the workers). The nodes share this machine's memory: each declares its share (by default
+70% of the memory available at start, split evenly; Ray's object stores take the rest),
+so that `workbench plan` counts the memory there is, not one machine's worth per node.
+For trying an experiment file against a cluster before moving it to KubeRay
 (docs/resources.md), and for the cluster tests.
 
 Usage::
@@ -63,6 +66,16 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def available_memory() -> int:
+    """Bytes of memory available now (/proc/meminfo's MemAvailable; 0 where there is none:
+    the nodes then take Ray's default)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = Path("/proc/meminfo").read_text().splitlines()
+        line = next(ln for ln in lines if ln.startswith("MemAvailable:"))
+        return int(line.split()[1]) * 1024
+    return 0
+
+
 def processes() -> dict[int, tuple[str, int, int]]:
     """pid -> (state, parent pid, process group), from /proc."""
     table = {}
@@ -100,6 +113,7 @@ class Node:
     cpus: float
     ports: dict[str, int]
     group: int = 0  # the process group of its `ray start` (0: not started)
+    memory: int = 0  # bytes it declares (0: Ray's default, the machine's available memory)
 
     def args(self, head_address: str | None, head_port: int, temp_dir: str) -> list[str]:
         role = (
@@ -116,6 +130,7 @@ class Node:
         return [
             *role,
             f"--num-cpus={self.cpus:g}",
+            *([f"--memory={self.memory}"] if self.memory else []),
             f"--resources={json.dumps({self.name: 1})}",
             *(f"--{flag}={self.ports[flag]}" for flag in NODE_PORT_FLAGS),
             "--node-ip-address=127.0.0.1",
@@ -128,6 +143,7 @@ class LocalCluster:
     """A head and workers on loopback (``cpus``: one figure a node, the head's first)."""
 
     cpus: list[float]
+    memory_gb: list[float] | None = None  # a node's, head first; None: a share each
     ray: str = "ray"  # the `ray` command (the project's virtualenv's, by default the PATH's)
     temp_dir: str = ""
     head_port: int = 0
@@ -139,10 +155,14 @@ class LocalCluster:
         if not self.nodes:
             ports = free_ports(1 + (len(NODE_PORT_FLAGS) + 1) * len(self.cpus))
             self.head_port = ports.pop()
+            if self.memory_gb is not None:
+                memory = [round(gb * 2**30) for gb in self.memory_gb]
+            else:
+                memory = [round(0.7 * available_memory() / len(self.cpus))] * len(self.cpus)
             for i, cpus in enumerate(self.cpus):
                 names = ("dashboard-port", *NODE_PORT_FLAGS)
                 own = {name: ports.pop() for name in names}
-                self.nodes.append(Node(name=f"node_{i}", cpus=cpus, ports=own))
+                self.nodes.append(Node(f"node_{i}", cpus, own, memory=memory[i]))
         if not self.temp_dir:
             # A short path: Ray's Unix sockets live under it (107 characters at most).
             self.temp_dir = tempfile.mkdtemp(prefix="wbray-", dir="/tmp")
@@ -238,7 +258,8 @@ class LocalCluster:
 
 
 def _cpus(text: str, nodes: int) -> list[float] | None:
-    """CPUs a node from ``--cpus`` (None: not one figure, or one a node, each > 0)."""
+    """Figures a node from ``--cpus`` or ``--memory`` (None: not one figure, or one a
+    node, each > 0)."""
     try:
         figures = [float(x) for x in text.split(",")]
     except ValueError:
@@ -256,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4, help="head included (default 4)")
     parser.add_argument(
         "--cpus", default="1", help="CPUs a node: one figure, or one a node, head first"
+    )
+    parser.add_argument(
+        "--memory",
+        help="GB of memory a node declares: one figure, or one a node, head first "
+        "(default: 70%% of what is available, split evenly)",
     )
     parser.add_argument("--state", type=Path, default=STATE, help=f"default {STATE}")
     parser.add_argument("--ray", default=str(Path(sys.executable).parent / "ray"))
@@ -276,10 +302,22 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        cluster = LocalCluster(cpus=cpus, ray=args.ray)
+        memory = None
+        if args.memory is not None:
+            memory = _cpus(args.memory, args.nodes)
+            if memory is None:
+                print(
+                    f"--memory {args.memory!r}: GB, one figure, or one a node ({args.nodes}, "
+                    "the head first), each above 0, e.g. 4 or 8,4,4,4",
+                    file=sys.stderr,
+                )
+                return 2
+        cluster = LocalCluster(cpus=cpus, memory_gb=memory, ray=args.ray)
         cluster.up()
         cluster.save(args.state)
-        names = ", ".join(f"{n.name} ({n.cpus:g} CPU)" for n in cluster.nodes)
+        names = ", ".join(
+            f"{n.name} ({n.cpus:g} CPU, {n.memory / 2**30:.1f} GB)" for n in cluster.nodes
+        )
         print(f"Ray cluster up: {len(cluster.nodes)} nodes, {names}")
         print(f"address {cluster.address}; RAY_AUTH_MODE=disabled for clients")
         print(f"  workbench run FILE --address {cluster.address}")
@@ -296,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 state = f"raylet pid {cluster.raylet(node)}"
             except LookupError:
                 state = "raylet gone"
-            print(f"  {node.name}: {node.cpus:g} CPU, {state}")
+            print(f"  {node.name}: {node.cpus:g} CPU, {node.memory / 2**30:.1f} GB, {state}")
         return 0
     left = cluster.stop()
     if left:

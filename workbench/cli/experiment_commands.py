@@ -350,8 +350,9 @@ def add_commands(commands: Commands) -> None:
     where.add_argument(
         "--cluster",
         action="append",
-        metavar="cpus=N,gpus=M[,nodes=K]",
-        help="the cluster as numbers, one node shape per option (default: this machine)",
+        metavar="cpus=N,gpus=M[,nodes=K][,memory=SIZE]",
+        help="the cluster as numbers, one node shape per option, memory e.g. 16GB "
+        "(default: this machine)",
     )
     plan.add_argument(
         "--probe",

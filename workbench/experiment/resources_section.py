@@ -15,7 +15,14 @@ from pydantic import (
     model_validator,
 )
 
-from workbench.experiment.schema_base import MAX_CPUS, MAX_ENVS, MAX_GPUS, MAX_RUNNERS, _Strict
+from workbench.experiment.schema_base import (
+    MAX_CPUS,
+    MAX_ENVS,
+    MAX_GPUS,
+    MAX_MEMORY_GB,
+    MAX_RUNNERS,
+    _Strict,
+)
 
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 VectorizeMode = Literal["auto", "sync", "async", "vector_entry_point"]
@@ -89,6 +96,15 @@ class ResourcesSection(_Strict):
         description="How a trial's bundles are placed on nodes (Ray placement group "
         "strategy): PACK as few nodes as possible, SPREAD over as many as possible, "
         "STRICT_PACK all on one node, STRICT_SPREAD each on a different node.",
+    )
+    memory_per_process_gb: PositiveFloat = Field(
+        0.5,
+        le=MAX_MEMORY_GB,
+        description="Memory each of a trial's processes holds (its main process, each env "
+        "runner, each learner), for the plan's memory check: Ray places trials by CPU and "
+        "GPU only, so `workbench plan` and `run` refuse a population whose processes the "
+        "nodes' memory cannot hold at once. About 0.5 GB with torch and RLlib loaded "
+        "(docs/resources.md); raise it for a simulator or model that holds more.",
     )
     no_gpu: Literal["fail", "cpu_fallback"] = Field(
         "fail",

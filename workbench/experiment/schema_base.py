@@ -9,6 +9,7 @@ MAX_RUNNERS = 10_000  # env runners of one trial
 MAX_ENVS = 1_000_000  # environments of one runner
 MAX_CPUS = 1024.0  # CPUs of one bundle (one node's worth, generously)
 MAX_GPUS = 64.0
+MAX_MEMORY_GB = 65536.0  # memory of one process (far above any node's)
 
 
 class _Strict(BaseModel):

@@ -26,9 +26,12 @@ from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_checks import grid_points
 from workbench.plan.resources import (
     Cluster,
+    MemoryFit,
     TrialRequest,
     concurrent_trials,
     fmt,
+    gb,
+    memory_fit,
     trial_request,
     unfit_reasons,
 )
@@ -63,6 +66,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     cpu_fallback: bool = False
     throughput: Throughput | None = None
+    memory: MemoryFit | None = None  # None: the cluster declares no memory
     # What the run should use: the experiment and RLlib config the plan was made for (the
     # CPU fallback's where the plan fell back to CPU learners).
     resolved: ResolvedExperiment | None = None
@@ -79,7 +83,8 @@ class Plan:
     def summary(self) -> str:
         """One line for the start of `workbench run`."""
         if not self.fits:
-            return "Plan: one trial does not fit on " + self.cluster.source
+            what = "the population" if self.concurrent else "one trial"
+            return f"Plan: {what} does not fit on {self.cluster.source}"
         return (
             f"Plan: one trial = {fmt(self.request.totals)} ({len(self.request.bundles)} "
             f"bundles, {self.request.strategy}); {self.concurrent} of {self.trials} trials "
@@ -121,8 +126,19 @@ class Plan:
                     else ": every trial starts at once"
                 )
             )
+        elif self.concurrent:
+            out.append(
+                f"At once: {self.concurrent} by CPU and GPU, more than the memory holds (see below)"
+            )
         else:
             out.append("At once: none, the trial can never be placed (see below)")
+        if self.memory is not None and self.fits:
+            mem = self.memory
+            out.append(
+                f"Memory: one trial = {mem.processes} process{'es' if mem.processes != 1 else ''}"
+                f" x ~{gb(mem.per_process)} = {gb(mem.per_trial)}; the cluster declares "
+                f"{gb(mem.cluster)}, enough for the {self.concurrent} at once"
+            )
         out += [f"Note: {n}" for n in self.notes]
         if self.throughput is not None:
             out += _throughput_lines(self.throughput)
@@ -156,6 +172,14 @@ class Plan:
             "problems": [str(p) for p in self.problems],
             "warnings": self.warnings,
             "notes": self.notes,
+            "memory": None
+            if self.memory is None
+            else {
+                "per_process_bytes": self.memory.per_process,
+                "processes_per_trial": self.memory.processes,
+                "cluster_bytes": self.memory.cluster,
+                "trials_it_holds": self.memory.concurrent,
+            },
             "throughput": None
             if rate is None
             else {
@@ -247,6 +271,14 @@ def make_plan(
                 _unfit_message(resolved, config, request, cluster),
             )
         )
+    memory = None
+    if fit.concurrent:
+        memory = memory_fit(request, cluster, res.memory_per_process_gb * 2**30, fit.concurrent)
+    if memory is not None and memory.concurrent < fit.concurrent:
+        field_name = "max_concurrent" if exp.max_concurrent else "population"
+        problems.append(
+            Problem(where, field_name, _memory_message(memory, fit.concurrent, cluster))
+        )
     if res.env_runners.vectorize == "vector_entry_point":
         spec = gym.spec(exp.env.id)
         if spec.vector_entry_point is None:
@@ -301,8 +333,30 @@ def make_plan(
         notes=notes,
         cpu_fallback=fallback,
         throughput=throughput,
+        memory=memory,
         resolved=resolved,
         config=config,
+    )
+
+
+def _memory_message(memory: MemoryFit, at_once: int, cluster: Cluster) -> str:
+    text = (
+        f"{at_once} trials would train at once, each {memory.processes} "
+        f"process{'es' if memory.processes != 1 else ''} of about {gb(memory.per_process)} "
+        "(resources.memory_per_process_gb: a trial's main process, env runners and "
+        f"learners), {gb(memory.per_trial)} a trial; {cluster.source} declares "
+        f"{gb(memory.cluster)} of memory (largest node {gb(memory.largest_node)})"
+    )
+    if memory.concurrent == 0:
+        return (
+            text + ", and no node holds one trial: give it fewer env runners, or nodes with "
+            "more memory"
+        )
+    return (
+        text + f", which holds {memory.concurrent} at once. Ray places trials by CPU and GPU, "
+        "not memory, and its memory monitor would kill the rest: set max_concurrent: "
+        f"{memory.concurrent} (the others queue), give trials fewer env runners, or nodes "
+        "more memory"
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from workbench.errors import ExperimentError
-from workbench.tune_ext.ray_private import detected_cpus_and_gpus
+from workbench.tune_ext.ray_private import detected_cpus_and_gpus, detected_memory_bytes
 
 Resources = dict[str, float]
 
@@ -148,14 +148,12 @@ def parse_cluster(specs: Sequence[str]) -> Cluster:
         for part in spec.split(","):
             key, sep, text = part.partition("=")
             key = key.strip()
-            try:
-                value = float(text)
-            except ValueError:
-                value = math.nan
+            value = memory_bytes(text) if key == "memory" else _number(text)
             if not sep or not key or not math.isfinite(value) or value < 0:
                 raise ValueError(
                     f"{spec!r}: {part.strip()!r} is not name=number; give "
-                    "cpus=N,gpus=M (per node), optionally nodes=K and custom resources"
+                    "cpus=N,gpus=M (per node), optionally nodes=K, memory=SIZE (e.g. "
+                    "16GB) and custom resources"
                 )
             if key == "nodes":
                 if not value.is_integer() or value < 1:
@@ -171,6 +169,24 @@ def parse_cluster(specs: Sequence[str]) -> Cluster:
     if not nodes:
         raise ValueError("no node given; give cpus=N,gpus=M")
     return Cluster(tuple(nodes), "--cluster " + " --cluster ".join(specs))
+
+
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def memory_bytes(text: str) -> float:
+    """Bytes from '16GB', '16G', '16GiB', '512MB' or a plain number of bytes (a GB is
+    2**30 bytes, as Ray and the OS count memory); NaN when it is none of those."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = text[-1:] if text[-1:] in _SIZE_UNITS else ""
+    return _number(text.removesuffix(unit)) * _SIZE_UNITS[unit]
 
 
 def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, Any]], source: str) -> Cluster:
@@ -217,6 +233,8 @@ def this_machine() -> Cluster:
     with contextlib.suppress(Exception):
         cpus, gpus = detected_cpus_and_gpus()
     resources = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    with contextlib.suppress(Exception):
+        resources["memory"] = detected_memory_bytes()
     return Cluster(
         (Node("this machine", resources),), "this machine, as a local ray.init() sees it"
     )
@@ -340,6 +358,53 @@ def concurrent_trials(request: TrialRequest, cluster: Cluster, limit: int) -> Fi
                 f"({request.strategy})"
             )
     return Fit(count, reason, per_resource)
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """How many trials the nodes' declared memory holds at once, each of a trial's
+    processes (one a bundle) holding ``per_process`` bytes."""
+
+    per_process: float
+    processes: int  # a trial's
+    concurrent: int  # up to the limit asked for
+    cluster: float  # bytes the nodes declare, in all
+    largest_node: float
+
+    @property
+    def per_trial(self) -> float:
+        return self.per_process * self.processes
+
+
+def memory_fit(
+    request: TrialRequest, cluster: Cluster, per_process: float, limit: int
+) -> MemoryFit | None:
+    """Places trials as ``concurrent_trials`` does, with each bundle's process also taking
+    ``per_process`` bytes of its node's ``memory`` (what Ray declares: the node's memory
+    less its object store). Ray itself reserves no memory for a trial: it places by CPU and
+    GPU and its memory monitor kills workers once a node runs out. None when a node
+    declares no memory (numbers given without it)."""
+    if not cluster.nodes or any(n.resources.get("memory", 0.0) <= 0 for n in cluster.nodes):
+        return None
+    bundles = tuple(
+        Bundle(b.role, {**b.resources, "memory": b.resources.get("memory", 0.0) + per_process})
+        for b in request.bundles
+    )
+    fit = concurrent_trials(TrialRequest(bundles, request.strategy), cluster, limit)
+    return MemoryFit(
+        per_process=per_process,
+        processes=len(bundles),
+        concurrent=fit.concurrent,
+        cluster=cluster.totals.get("memory", 0.0),
+        largest_node=cluster.largest("memory"),
+    )
+
+
+def gb(size: float) -> str:
+    return f"{size / 2**30:.1f} GB"
 
 
 def unfit_reasons(request: TrialRequest, cluster: Cluster) -> list[str]:

@@ -27,6 +27,15 @@ def detected_cpus_and_gpus() -> tuple[float, float]:
     return float(get_num_cpus()), gpus
 
 
+def detected_memory_bytes() -> float:
+    """The ``memory`` resource a local ``ray.init()`` would declare on this machine now:
+    Ray's estimate of the available memory (cgroup-aware) less its default object store."""
+    from ray._private.utils import estimate_available_memory, resolve_object_store_memory
+
+    available = int(estimate_available_memory())  # type: ignore[no-untyped-call]
+    return float(available - resolve_object_store_memory(available))
+
+
 def dashboard_dependency_error() -> str | None:
     """Why Ray's dashboard cannot start here (ray[default]'s packages missing), or None."""
     from ray._private.utils import get_dashboard_dependency_error

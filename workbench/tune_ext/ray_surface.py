@@ -38,6 +38,12 @@ SURFACE: tuple[Private, ...] = (
     # --- Ray's private modules, imported by name ------------------------------------
     Private("ray._private.utils", "get_num_cpus", ("override_docker_cpu_warning", "truncate")),
     Private("ray._private.utils", "get_dashboard_dependency_error", ()),
+    Private("ray._private.utils", "estimate_available_memory", ()),
+    Private(
+        "ray._private.utils",
+        "resolve_object_store_memory",
+        ("available_memory_bytes", "object_store_memory"),
+    ),
     Private(
         "ray._private.accelerators", "get_accelerator_manager_for_resource", ("resource_name",)
     ),
