@@ -1,6 +1,8 @@
 """A real two-node Ray cluster on this machine: `workbench plan --address` reads it and
 `workbench run --address` trains a small population on it, with SPREAD putting each
-trial's env runners on both nodes (read from the actors' node ids in Ray's actor table).
+trial's env runners on both nodes (read from the actors' node ids in Ray's actor table);
+the drills: a worker node lost mid-run, and the driver killed mid-run then `workbench
+resume --address` on the same cluster.
 
 The nodes are `ray start` processes on loopback (deploy/local_cluster.py, what `make
 cluster-up` runs), told apart by a custom resource (node_0 on the head, node_1... on the
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from deploy.local_cluster import LocalCluster
-from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.experiments import small_pbt, tiny_ppo, write_experiment
 
 BIN = Path(sys.executable).parent
 # The actor table (Ray's GCS; the state API would need the dashboard, which a minimal
@@ -262,3 +264,112 @@ label = {n["NodeID"]: next(k for k in n["Resources"] if k.startswith("node_"))
 print(json.dumps(sorted(label[a["Address"]["NodeID"]] for a in state.actors().values()
                         if a["ActorClassName"] == sys.argv[2] and a["State"] == "ALIVE")))
 """
+
+
+def test_a_killed_driver_resumes_on_the_cluster_with_nothing_lost(
+    two_nodes: LocalCluster, tmp_path: Path
+) -> None:
+    """The driver of `workbench run --address` is SIGKILLed while a PBT population trains
+    on both nodes; Ray ends the dead driver's trial actors, and `workbench resume
+    --address` finishes the population on the same cluster: every trial to its stop rule,
+    one MLflow run each with no gap in its steps, a lineage without a hole, and the
+    cluster's own processes untouched (a joined cluster is not the resume's to clean up)."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.support.results import result_rows
+    from workbench.analysis.lineage import check_sequence, read_jsonl
+    from workbench.names import LINEAGE_FILE
+
+    iterations = 30
+    data = small_pbt(
+        tmp_path,
+        search_space={"params": {"lr": {"loguniform": [1e-5, 1e-2]}}},
+        population=2,
+        # Iterations of about a second, so that the kill comes while both train.
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
+        stop={"iterations": iterations},
+        # 1.5 CPUs a trial: the head (2 CPUs) holds one, the worker (3) the other.
+        resources={"cpus_main": 1.5, "cpus_per_learner": 1.5, "envs_per_runner": 4},
+    )
+    file = write_experiment(tmp_path / "pop.yaml", data)
+    results = tmp_path / "results" / "pop"
+    command = [str(BIN / "workbench"), "run", str(file), "--name", "pop"]
+    command += ["--address", two_nodes.address]
+    with (tmp_path / "run.log").open("w") as sink:
+        driver = subprocess.Popen(
+            command, env=two_nodes.env, stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            rows = (
+                {name: len(r) for name, r in result_rows(results).items()}
+                if results.is_dir()
+                else {}
+            )
+            exploited = (results / LINEAGE_FILE).exists()
+            if len(rows) == 2 and min(rows.values()) >= 3 and exploited:
+                break
+            assert driver.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+            time.sleep(0.5)
+        else:
+            pytest.fail("the population never got going")
+        placed = subprocess.run(
+            [sys.executable, "-c", TRIAL_NODES, two_nodes.address, "PPO"],
+            env=two_nodes.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert placed.returncode == 0, placed.stderr[-3000:]
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    # One trial on each node when the driver died.
+    assert json.loads(placed.stdout.strip().splitlines()[-1]) == ["node_0", "node_1"]
+    before = {name: len(r) for name, r in result_rows(results).items()}
+    raylets = {node.name: two_nodes.raylet(node) for node in two_nodes.nodes}
+    exploits_before = len(read_jsonl(results / LINEAGE_FILE))
+
+    resumed = subprocess.run(
+        [str(BIN / "workbench"), "resume", str(results), "--address", two_nodes.address],
+        env=two_nodes.env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "Experiment pop: 2 trials, 0 errored" in resumed.stdout
+    assert "left behind by the interrupted driver" not in resumed.stdout
+    # The cluster lives on: the same raylets, nothing of it stopped by the resume.
+    assert {node.name: two_nodes.raylet(node) for node in two_nodes.nodes} == raylets
+
+    rows = result_rows(results)
+    assert sorted(rows) == sorted(before)
+    for name, trial_rows in rows.items():
+        assert trial_rows[-1]["training_iteration"] == iterations, name
+        if before[name] < iterations:  # it was training at the kill: restored, not restarted
+            after = trial_rows[before[name] :]
+            assert after and after[0]["iterations_since_restore"] == 1, name
+            assert after[0]["training_iteration"] > 1, name
+    records = read_jsonl(results / LINEAGE_FILE)
+    assert check_sequence(records) == []
+    assert len(records) >= exploits_before
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("pop")
+    runs = client.search_runs([experiment.experiment_id])
+    trials = [r for r in runs if r.data.tags.get("workbench.role") == "trial"]
+    assert sorted(r.info.run_name for r in trials) == sorted(rows)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    for run in trials:
+        history = client.get_metric_history(run.info.run_id, "training_iteration")
+        steps = sorted(m.step for m in history)
+        assert steps == list(range(1, len(steps) + 1)), run.info.run_name
+        assert max(history, key=lambda m: m.step).value == iterations
