@@ -325,6 +325,20 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert "| 4 |" in result.stdout
 
 
+def test_snapshot_reads_times_both_readers_on_the_same_snapshots() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "snapshot_reads.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 4 |")]
+    anchor, ours = (float(cell.split()[0]) for cell in row.split("|")[3:5])
+    assert anchor > 0 and ours > 0
+
+
 def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     result = subprocess.run(

@@ -123,3 +123,47 @@ def test_an_unreadable_snapshot_deletes_nothing(tmp_path: Path) -> None:
     (tmp_path / "experiment_state-2026-12-02_04-17-04.json").write_text("{cut sh")
     CheckpointGuard(keep=3).on_checkpoint(0, [trial], trial, trial.checkpoint)
     assert len(list((tmp_path / "a").iterdir())) == 6
+
+
+def test_a_snapshot_read_again_decodes_only_the_trials_that_changed(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import workbench.tune_ext.checkpoints as module
+
+    decoded: list[str] = []
+    restores = module._restores
+
+    def counting(runtime_json: str) -> str | None:
+        path = restores(runtime_json)
+        decoded.append(str(path))
+        return path
+
+    monkeypatch.setattr(module, "_restores", counting)
+    trials = {f"t{i}": _trial(tmp_path, f"t{i}", 2) for i in range(8)}
+    latest = {
+        name: t.run_metadata.checkpoint_manager._checkpoint_results for name, t in trials.items()
+    }
+    storage = _storage(tmp_path)
+    staging = Path(storage.experiment_driver_staging_path)
+    snapshots = module._Snapshots()
+
+    _snapshot(staging, "s", {name: results[0] for name, results in latest.items()})
+    first = snapshots.named(storage)
+    assert first == {str(tmp_path / f"t{i}" / "checkpoint_000000") for i in range(8)}
+    assert len(decoded) == 8
+
+    # One trial checkpointed since: only its state is decoded, and the answer is whole.
+    decoded.clear()
+    _snapshot(staging, "s", {**{n: r[0] for n, r in latest.items()}, "t3": latest["t3"][1]})
+    second = snapshots.named(storage)
+    assert decoded == [str(tmp_path / "t3" / "checkpoint_000001")]
+    assert second == (first - {str(tmp_path / "t3" / "checkpoint_000000")}) | {
+        str(tmp_path / "t3" / "checkpoint_000001")
+    }
+
+    # The results folder's copy of that version (the driver's sync): not parsed again.
+    decoded.clear()
+    (tmp_path / "experiment_state-s.json").write_bytes(
+        (staging / "experiment_state-s.json").read_bytes()
+    )
+    assert snapshots.named(storage) == second and decoded == []

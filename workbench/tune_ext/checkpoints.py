@@ -23,6 +23,7 @@ This reads Tune's trial and PBT state (Ray 2.60 internals, pinned in pyproject).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import os
@@ -53,39 +54,71 @@ def _path_of(item: Any) -> str | None:
     return os.path.normpath(path) if isinstance(path, str) else None
 
 
-def _restored_by(snapshot: str) -> set[str]:
-    """The checkpoints an experiment snapshot (Tune's experiment_state JSON, as written by
-    this driver) would have its trials restore."""
-    paths = set()
-    for _trial_json, runtime_json in json.loads(snapshot)["trial_data"]:
-        runtime = json.loads(runtime_json, cls=TuneFunctionDecoder, allow_cloudpickle=True)
-        manager = runtime.get("checkpoint_manager")
-        path = _path_of(getattr(manager, "_latest_checkpoint_result", None))
-        if path:
-            paths.add(path)
-    return paths
+def _restores(runtime_json: str) -> str | None:
+    """The checkpoint a trial's runtime state (one entry of a snapshot's trial data) has it
+    restore."""
+    runtime = json.loads(runtime_json, cls=TuneFunctionDecoder, allow_cloudpickle=True)
+    manager = runtime.get("checkpoint_manager")
+    return _path_of(getattr(manager, "_latest_checkpoint_result", None))
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+# Snapshot versions whose trials' states are remembered: the staging file's last few and
+# the results folder's copy, which lags it by a sync or two.
+_VERSIONS_KEPT = 4
 
 
 class _Snapshots:
     """The checkpoints named by the experiment snapshots a resume could start from: the
     newest in the results folder and the one in the driver's staging folder, on its way
-    there. Each file is read again only when it changes."""
+    there. A file is read again only when it changes, a copy of a version already read
+    (the results folder's, synced from staging) is not parsed again, and within a new
+    version only the trials whose state changed are decoded: Tune keeps a trial's state
+    JSON until its next result and the snapshot is written after every trial checkpoint,
+    so most trials of a large population are the same text as in the last read (each a
+    few hundred KB: its checkpoint manager, cloudpickled, and Tune's metric statistics)."""
 
     def __init__(self) -> None:
         self._read: dict[str, tuple[tuple[Any, int], set[str]]] = {}
+        # The versions read last (a file's digest -> what it names), newest last.
+        self._versions: dict[bytes, set[str]] = {}
+        # A trial state's digest -> the checkpoint it restores, for the trials of the
+        # versions read last.
+        self._decoded: dict[bytes, dict[bytes, str | None]] = {}
+
+    def _restored_by(self, text: bytes) -> set[str]:
+        version = _digest(text)
+        if version in self._versions:
+            return self._versions[version]
+        known: dict[bytes, str | None] = {}
+        for decoded in self._decoded.values():
+            known.update(decoded)
+        now: dict[bytes, str | None] = {}
+        for _trial_json, runtime_json in json.loads(text)["trial_data"]:
+            key = _digest(runtime_json.encode())
+            now[key] = known[key] if key in known else _restores(runtime_json)
+        named = {path for path in now.values() if path}
+        self._versions[version] = named
+        self._decoded[version] = now
+        for old in list(self._versions)[:-_VERSIONS_KEPT]:
+            del self._versions[old], self._decoded[old]
+        return named
 
     def named(self, storage: Any) -> set[str]:
         paths: set[str] = set()
-        fs = storage.storage_filesystem
-        newest = _find_newest_experiment_checkpoint(storage.experiment_fs_path, fs=fs)
-        if newest is not None:
-            paths |= self._named_by(fs, newest)
         staging = Path(storage.experiment_driver_staging_path)
-        if staging.is_dir():
+        if staging.is_dir():  # first: the results folder's copy is usually of this one
             pattern = TuneController.CKPT_FILE_TMPL.format("*")
             local = pyarrow.fs.LocalFileSystem()
             for name in fnmatch.filter(os.listdir(staging), pattern):
                 paths |= self._named_by(local, str(staging / name))
+        fs = storage.storage_filesystem
+        newest = _find_newest_experiment_checkpoint(storage.experiment_fs_path, fs=fs)
+        if newest is not None:
+            paths |= self._named_by(fs, newest)
         return paths
 
     def _named_by(self, fs: Any, path: str) -> set[str]:
@@ -97,7 +130,7 @@ class _Snapshots:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         with fs.open_input_stream(path) as f:
-            named = _restored_by(f.readall().decode())
+            named = self._restored_by(f.readall())
         self._read[path] = (stamp, named)
         return named
 
