@@ -29,11 +29,13 @@ single runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -101,6 +103,71 @@ class TrialMemory:
                 self.node_of.setdefault(pid, self.raylets.get(parent, "?"))
 
 
+class NodeLoss:
+    """Kills the raylet of the cluster's last node once every trial of the population has
+    ``after`` results (the drill of issue 29: a node lost while its trials train)."""
+
+    def __init__(self, cluster: LocalCluster, results_dir: Path, size: int, after: int) -> None:
+        self.cluster, self.results_dir, self.size, self.after = cluster, results_dir, size, after
+        self.node = cluster.nodes[-1]
+        self.killed_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> NodeLoss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            counts = [
+                len(f.read_text().splitlines()) for f in self.results_dir.glob("*/result.json")
+            ]
+            if len(counts) == self.size and min(counts) >= self.after:
+                os.kill(self.cluster.raylet(self.node), signal.SIGKILL)
+                self.killed_at = time.time()
+                return
+
+
+def drill_checks(resolved: Any, iterations: int) -> dict[str, Any]:
+    """What the drill must leave: every trial at its stop rule, one MLflow run a trial,
+    FINISHED, with no gap in its steps, and a lineage without a hole; and how many trials
+    failed (their processes were on the lost node) and went on from a checkpoint."""
+    from mlflow.tracking import MlflowClient
+
+    from workbench.analysis.lineage import check_sequence, read_jsonl
+    from workbench.names import LINEAGE_FILE, STORE_FILE
+
+    trials = read_trials(resolved.results_dir)
+    client = MlflowClient(f"sqlite:///{resolved.results_dir.parent / STORE_FILE}")
+    experiment = client.get_experiment_by_name(resolved.experiment.name)
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`workbench.role` = 'trial'"
+    )
+    gaps = []
+    for run in runs:
+        steps = sorted(
+            m.step for m in client.get_metric_history(run.info.run_id, "training_iteration")
+        )
+        if steps != list(range(1, len(steps) + 1)):
+            gaps.append(run.info.run_name)
+    lineage = resolved.results_dir / LINEAGE_FILE
+    records = read_jsonl(lineage) if lineage.exists() else []
+    return {
+        "finished": sum(rows[-1]["training_iteration"] == iterations for rows in trials.values()),
+        "failed_and_restored": sum(int(r.data.tags.get("workbench.failures", 0)) > 0 for r in runs),
+        "mlflow_runs": len(runs),
+        "mlflow_finished": sum(r.info.status == "FINISHED" for r in runs),
+        "mlflow_gaps": gaps,
+        "lineage_records": len(records),
+        "lineage_problems": check_sequence(records),
+    }
+
+
 def experiment_data(size: int, iterations: int, cpus: float, folder: Path) -> dict[str, Any]:
     data = yaml.safe_load(EXPERIMENT.read_text())
     per_trial = cpus / size
@@ -109,6 +176,7 @@ def experiment_data(size: int, iterations: int, cpus: float, folder: Path) -> di
         population=size,
         storage=str(folder),
         stop={"iterations": iterations},
+        failure={"max_failures": 3},
         evaluation={**(data.get("evaluation") or {}), "at_end": "none"},
     )
     data["resources"].update(cpus_main=per_trial, cpus_per_learner=per_trial)
@@ -126,7 +194,8 @@ def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder:
     path.write_text(yaml.safe_dump(experiment_data(size, args.iterations, cpus, where)))
     resolved = load_and_resolve(path)
     raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
-    with TrialMemory(raylets) as memory:
+    loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
+    with TrialMemory(raylets) as memory, loss if args.lose_node else contextlib.nullcontext():
         summary, fit = timed_launch_run(resolved)
     if summary.errors:
         raise SystemExit(f"population of {size}: {summary.errors} trials errored")
@@ -156,6 +225,14 @@ def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder:
     }
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
+    if args.lose_node:
+        if loss.killed_at is None:
+            raise SystemExit(f"population of {size}: the node was never lost")
+        figures["lost"] = {
+            "node": loss.node.name,
+            "seconds_into_fit": loss.killed_at - fit.started_at,
+            **drill_checks(resolved, args.iterations),
+        }
     return figures
 
 
@@ -174,6 +251,17 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] | {f['rss_sum_mb'] / 1024:.1f} "
             f"| {nodes} |"
         )
+    for f in rows:
+        if "lost" in f:
+            lost = f["lost"]
+            print(
+                f"population {f['size']}: {lost['node']} lost {lost['seconds_into_fit']:.0f} s "
+                f"into fit(); {lost['failed_and_restored']} trials failed and went on from a "
+                f"checkpoint; {lost['finished']} of {f['size']} reached their stop rule; MLflow "
+                f"{lost['mlflow_runs']} trial runs, {lost['mlflow_finished']} FINISHED, gaps in "
+                f"{lost['mlflow_gaps'] or 'none'}; lineage {lost['lineage_records']} records, "
+                f"problems: {lost['lineage_problems'] or 'none'}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=40, help="per trial")
     parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
     parser.add_argument("--cpus-per-node", type=float, default=2.0)
+    parser.add_argument(
+        "--lose-node",
+        action="store_true",
+        help="kill the last node's raylet once every trial has a third of its iterations",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
