@@ -20,6 +20,8 @@ iterations each, no return target, no final evaluation.
 Figures per size: the population's env steps per second over ``fit()``; the share of the
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
 first result, between results and after its last (``benchmarks.common.outside_train_split``);
+the CPU time of the driver's process (all its threads: Tune's loop, MLflow's writer, the
+state sync) over the run, a share of one core and per result;
 the peak resident memory (RSS) of each trial process, sampled every 0.5 s from ``/proc`` for
 the processes Ray titles ``ray::PPO``, and the sum of those peaks; and the trial processes per
 node, from the node's raylet being their parent. One run per size: read the figures as
@@ -195,8 +197,11 @@ def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder:
     resolved = load_and_resolve(path)
     raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
+    cpu_before = os.times()
     with TrialMemory(raylets) as memory, loss if args.lose_node else contextlib.nullcontext():
         summary, fit = timed_launch_run(resolved)
+    cpu_after = os.times()
+    driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     if summary.errors:
         raise SystemExit(f"population of {size}: {summary.errors} trials errored")
     trials = read_trials(resolved.results_dir)
@@ -216,6 +221,8 @@ def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder:
         "wall_s": fit.seconds,
         "env_steps": steps,
         "rate": steps / fit.seconds,
+        "results": sum(len(rows) for rows in trials.values()),
+        "driver_cpu_s": driver_cpu_s,
         "outside": 1.0 - train_s / (size * fit.seconds),
         "trial_processes": len(peaks),
         "rss_median_mb": statistics.median(peaks) if peaks else float("nan"),
@@ -250,6 +257,13 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
             f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] | {f['rss_sum_mb'] / 1024:.1f} "
             f"| {nodes} |"
+        )
+    for f in rows:
+        print(
+            f"population {f['size']}: the driver's process used {f['driver_cpu_s']:.0f} CPU s "
+            f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
+            f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
+            f"({f['results']} results)"
         )
     for f in rows:
         if "lost" in f:
