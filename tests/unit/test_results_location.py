@@ -144,10 +144,12 @@ def test_a_population_folder_copied_without_its_store_says_so_on_resume(
     copy = tmp_path / "alone" / "probe"
     shutil.copytree(folder, copy)
     resolved = load_saved(copy / RESOLVED_FILE)
-    assert missing_store_note(resolved) is None  # nothing tracked yet: nothing to say
+    tracking = resolved.experiment.tracking
+    # Nothing tracked yet: nothing to say.
+    assert missing_store_note(tracking, resolved.results_dir) is None
     (copy / "PPO_00000").mkdir()
     (copy / "PPO_00000" / "result.json").write_text('{"training_iteration": 1}\n')
-    note = missing_store_note(resolved)
+    note = missing_store_note(tracking, resolved.results_dir)
     assert note is not None
     assert f"{copy.parent.resolve() / STORE_FILE} is missing" in note
     assert "copy that folder's mlflow.db and mlartifacts/ beside it" in note

@@ -249,7 +249,7 @@ def make_plan(
     if gpus and not cluster.totals.get("GPU") and res.no_gpu == "cpu_fallback":
         fallback = True
         resolved = with_resources(resolved, gpus_per_learner=0.0)
-        config = with_resources_of(config, resolved)
+        config = with_resources_of(config, resolved.experiment)
         request = request_for(resolved.file, config)
         warnings.append(
             f"NO GPU on {cluster.source}: the experiment asks for GPU {gpus:g} per "
@@ -309,7 +309,9 @@ def make_plan(
     throughput = None
     try:
         throughput = (
-            probe_throughput(resolved, config) if probe else estimate_throughput(resolved, config)
+            probe_throughput(exp, resolved.search_space, config)
+            if probe
+            else estimate_throughput(exp, resolved.search_space, config)
         )
     except ExperimentError:
         raise
@@ -458,7 +460,7 @@ def what_would_fit(
     def fits(changes: dict[str, Any]) -> bool:
         try:
             changed = with_resources(resolved, **changes)
-            candidate = request_for(changed.file, with_resources_of(config, changed))
+            candidate = request_for(changed.file, with_resources_of(config, changed.experiment))
         except ExperimentError:
             return False
         return not unfit_reasons(candidate, cluster)

@@ -13,7 +13,7 @@ import torch
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
-from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import SearchSpace
 from workbench.trial.config import vectorize_mode
 
@@ -134,13 +134,12 @@ def _per_runner_rate(envs: int, mode: str) -> float:
 
 
 def _learner_model(
-    resolved: ResolvedExperiment, config: Any
+    algorithm: str, space: SearchSpace, config: Any
 ) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float], int] | None:
     """(epochs range, minibatch range, batch range, learners) of an on-policy learner,
     None for a replaying one (DQN, SAC: training_intensity sets its pace)."""
-    if resolved.experiment.algorithm not in ("PPO", "APPO", "IMPALA"):
+    if algorithm not in ("PPO", "APPO", "IMPALA"):
         return None
-    space = resolved.search_space
     batch = _searched_range(
         space, "train_batch_size_per_learner", float(config.train_batch_size_per_learner)
     )
@@ -151,10 +150,10 @@ def _learner_model(
     return epochs, minibatch, batch, max(int(config.num_learners), 1)
 
 
-def estimate_throughput(resolved: ResolvedExperiment, config: AlgorithmConfig) -> Throughput:
+def estimate_throughput(exp: Experiment, space: SearchSpace, config: AlgorithmConfig) -> Throughput:
     """From the documented rates above (rough; say so wherever it is shown)."""
-    res = resolved.experiment.resources
-    mode = vectorize_mode(resolved.experiment)
+    res = exp.resources
+    mode = vectorize_mode(exp)
     runners = res.env_runners.count
     cpus = res.env_runners.cpus_each if runners else res.cpus_main
     per_runner = _per_runner_rate(res.env_runners.envs_per_runner, mode) * min(cpus, 1.0)
@@ -169,11 +168,11 @@ def estimate_throughput(resolved: ResolvedExperiment, config: AlgorithmConfig) -
             f"per runner: this experiment samples with {runner}, faster than "
             "that: the sampling figure is a floor (--probe measures it)"
         )
-    model = _learner_model(resolved, config)
+    model = _learner_model(exp.algorithm, space, config)
     low = high = None
     if model is None:
         detail.append(
-            f"learner: not estimated ({resolved.experiment.algorithm} replays samples: "
+            f"learner: not estimated ({exp.algorithm} replays samples: "
             "training_intensity sets how much it learns per sampled step)"
         )
     elif res.gpus_per_learner > 0:
@@ -205,20 +204,20 @@ def _span(low: float, high: float) -> str:
 
 
 def probe_throughput(
-    resolved: ResolvedExperiment, config: AlgorithmConfig, seconds: float = 2.0
+    exp: Experiment, space: SearchSpace, config: AlgorithmConfig, seconds: float = 2.0
 ) -> Throughput:
     """Measures here: one env runner's sampling and one learner update of this experiment
     (its env, envs per runner, vectorize mode, model and batch; a GPU learner if this
     machine has CUDA, else CPU), built locally in this process for a few seconds."""
 
-    res = resolved.experiment.resources
+    res = exp.resources
     gpu = res.gpus_per_learner > 0 and torch.cuda.is_available()
     config = (
         config.copy(copy_frozen=False)
         .env_runners(num_env_runners=0)
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
     )
-    model = _learner_model(resolved, config)
+    model = _learner_model(exp.algorithm, space, config)
     algo: Any = config.build_algo()
     try:
         runner = algo.env_runner
@@ -232,12 +231,12 @@ def probe_throughput(
         per_runner = steps / (time.perf_counter() - start)
         detail = [
             f"per runner: {res.env_runners.envs_per_runner} envs, "
-            f"{vectorize_mode(resolved.experiment)}, "
+            f"{vectorize_mode(exp)}, "
             "one core of this machine"
         ]
         low = high = None
         if model is None:
-            detail.append(f"learner: not measured ({resolved.experiment.algorithm} replays)")
+            detail.append(f"learner: not measured ({exp.algorithm} replays)")
         else:
             (e_low, e_high), (m_low, m_high), _, learners = model
             minibatch = int(min(max((m_low + m_high) / 2, 1), steps))

@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -20,6 +21,7 @@ from ray.tune.utils import flatten_dict
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
+from workbench.experiment.schema import TrackingSection
 from workbench.experiment.search_checks import grid_points
 from workbench.names import (
     ARTIFACTS_DIR,
@@ -130,19 +132,18 @@ def tracking_target(resolved: ResolvedExperiment) -> TrackingTarget:
     )
 
 
-def missing_store_note(resolved: ResolvedExperiment) -> str | None:
+def missing_store_note(tracking: TrackingSection, results_dir: Path) -> str | None:
     """What a resume says of a population folder copied without the store beside it
     (None when the store is there, elsewhere, or nothing was tracked yet)."""
-    exp = resolved.experiment
-    if not exp.tracking.enabled:
+    if not tracking.enabled:
         return None
-    db = sqlite_file(tracking_uri_for(exp.tracking.uri, resolved.results_dir.parent))
-    if db is None or db.exists() or db.parent != resolved.results_dir.parent:
+    db = sqlite_file(tracking_uri_for(tracking.uri, results_dir.parent))
+    if db is None or db.exists() or db.parent != results_dir.parent:
         return None
-    if not any(resolved.results_dir.glob("*/result.json")):
+    if not any(results_dir.glob("*/result.json")):
         return None
     return (
-        f"No MLflow store beside {resolved.results_dir} ({db} is missing): this "
+        f"No MLflow store beside {results_dir} ({db} is missing): this "
         "population's runs so far are in the store of the storage folder it was copied "
         f"from, and this resume starts new runs in {db}. To go on in the same runs, stop "
         f"(Ctrl-C) and copy that folder's {STORE_FILE} and {ARTIFACTS_DIR}/ beside it."
@@ -277,7 +278,9 @@ def _finish(
     elapsed_s: float,
     signalled: bool = False,
 ) -> RunSummary:
-    summary = summarize(resolved, session.table, errors=len(results.errors))
+    summary = summarize(
+        resolved.experiment.name, resolved.results_dir, session.table, errors=len(results.errors)
+    )
     stopper = session.run_config.stop
     budget_spent = stopper.wall_budget_ended()  # counted across sessions
     by_rule = stopper.return_reached() or stopper.budget_spent()
@@ -513,7 +516,7 @@ def resume(
         raylet_messages_logged(),
     ):
         logs.open_file(resolved.results_dir, "resume")
-        note = missing_store_note(resolved)
+        note = missing_store_note(resolved.experiment.tracking, resolved.results_dir)
         if note:
             print(note)
         killed = cleanup_leftover_ray(resolved.results_dir)

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.experiment.resolve import ResolvedExperiment
 from workbench.names import (
     EVAL_EPISODES_METRIC,
     EVAL_RETURN_METRIC,
@@ -200,13 +199,13 @@ def stop_reason(
     return f"every trial reached a stop rule ({rules}){early}"
 
 
-def summarize(resolved: ResolvedExperiment, table: ProgressTable, errors: int) -> RunSummary:
+def summarize(name: str, results_dir: Path, table: ProgressTable, errors: int) -> RunSummary:
     trials = list(table.records.values())
     scored = [t for t in trials if not math.isnan(t.best_return)]
     best = max(scored, key=lambda t: t.best_return) if scored else None
     return RunSummary(
-        name=resolved.experiment.name,
-        results_dir=resolved.results_dir,
+        name=name,
+        results_dir=results_dir,
         trials=trials,
         best=best,
         errors=errors,

@@ -83,7 +83,7 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
         .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
         .debugging(seed=exp.seed)
     )
-    apply_resources(config, resolved)
+    apply_resources(config, resolved.experiment)
     apply_defaults(config, resolved.defaults)
     if exp.env.normalize_observations:
         config.env_runners(env_to_module_connector=mean_std_filter)
@@ -113,18 +113,18 @@ def build_config(
     return configure(config) if configure is not None else config
 
 
-def apply_resources(config: AlgorithmConfig, resolved: ResolvedExperiment) -> AlgorithmConfig:
+def apply_resources(config: AlgorithmConfig, exp: Experiment) -> AlgorithmConfig:
     """The experiment's resources section as RLlib settings (in place).
 
     The trial's placement group is RLlib's default_resource_request of these settings
     (`workbench.plan.resources` reads it back for `plan` and the pre-flight)."""
-    res = resolved.experiment.resources
+    res = exp.resources
     return (
         config.env_runners(
             num_env_runners=res.env_runners.count,
             num_envs_per_env_runner=res.env_runners.envs_per_runner,
             num_cpus_per_env_runner=res.env_runners.cpus_each,  # type: ignore[arg-type]  # fractions ok
-            gym_env_vectorize_mode=vectorize_mode(resolved.experiment),
+            gym_env_vectorize_mode=vectorize_mode(exp),
         )
         .resources(
             num_cpus_for_main_process=res.cpus_main,  # type: ignore[arg-type]
@@ -138,10 +138,10 @@ def apply_resources(config: AlgorithmConfig, resolved: ResolvedExperiment) -> Al
     )
 
 
-def with_resources_of(config: AlgorithmConfig, resolved: ResolvedExperiment) -> AlgorithmConfig:
-    """A copy of ``config`` with the resources of ``resolved`` (a what-if of the plan, or
-    the CPU fallback): everything else, a caller's learner class included, unchanged."""
-    return apply_resources(config.copy(copy_frozen=False), resolved)
+def with_resources_of(config: AlgorithmConfig, exp: Experiment) -> AlgorithmConfig:
+    """A copy of ``config`` with the resources of ``exp`` (a what-if of the plan, or the
+    CPU fallback): everything else, a caller's learner class included, unchanged."""
+    return apply_resources(config.copy(copy_frozen=False), exp)
 
 
 def apply_defaults(config: AlgorithmConfig, defaults: Defaults) -> AlgorithmConfig:
