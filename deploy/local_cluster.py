@@ -257,7 +257,7 @@ class LocalCluster:
         return cls(**data)
 
 
-def _cpus(text: str, nodes: int) -> list[float] | None:
+def _per_node(text: str, nodes: int) -> list[float] | None:
     """Figures a node from ``--cpus`` or ``--memory`` (None: not one figure, or one a
     node, each > 0)."""
     try:
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.nodes < 1:
             print(f"--nodes {args.nodes}: at least 1 (the head)", file=sys.stderr)
             return 2
-        cpus = _cpus(args.cpus, args.nodes)
+        cpus = _per_node(args.cpus, args.nodes)
         if cpus is None:
             print(
                 f"--cpus {args.cpus!r}: one figure, or one a node ({args.nodes}, the head "
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         memory = None
         if args.memory is not None:
-            memory = _cpus(args.memory, args.nodes)
+            memory = _per_node(args.memory, args.nodes)
             if memory is None:
                 print(
                     f"--memory {args.memory!r}: GB, one figure, or one a node ({args.nodes}, "

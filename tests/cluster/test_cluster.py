@@ -207,16 +207,7 @@ def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
             time.sleep(0.5)
         else:
             pytest.fail("the population never got going")
-        placed = subprocess.run(
-            [sys.executable, "-c", TRIAL_NODES, two_nodes.address, "PPO"],
-            env=two_nodes.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert placed.returncode == 0, placed.stderr[-3000:]
-        nodes = json.loads(placed.stdout.strip().splitlines()[-1])
+        nodes = _trial_nodes(two_nodes)
         assert "node_1" in nodes, nodes  # a trial on the node about to go
         os.kill(two_nodes.raylet(two_nodes.nodes[1]), signal.SIGKILL)
         driver.wait(timeout=400)
@@ -314,15 +305,7 @@ def test_a_killed_driver_resumes_on_the_cluster_with_nothing_lost(
             time.sleep(0.5)
         else:
             pytest.fail("the population never got going")
-        placed = subprocess.run(
-            [sys.executable, "-c", TRIAL_NODES, two_nodes.address, "PPO"],
-            env=two_nodes.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert placed.returncode == 0, placed.stderr[-3000:]
+        placed = _trial_nodes(two_nodes)
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
@@ -330,7 +313,7 @@ def test_a_killed_driver_resumes_on_the_cluster_with_nothing_lost(
             driver.kill()
             driver.wait()
     # One trial on each node when the driver died.
-    assert json.loads(placed.stdout.strip().splitlines()[-1]) == ["node_0", "node_1"]
+    assert placed == ["node_0", "node_1"]
     before = {name: len(r) for name, r in result_rows(results).items()}
     raylets = {node.name: two_nodes.raylet(node) for node in two_nodes.nodes}
     exploits_before = len(read_jsonl(results / LINEAGE_FILE))
@@ -373,3 +356,18 @@ def test_a_killed_driver_resumes_on_the_cluster_with_nothing_lost(
         steps = sorted(m.step for m in history)
         assert steps == list(range(1, len(steps) + 1)), run.info.run_name
         assert max(history, key=lambda m: m.step).value == iterations
+
+
+def _trial_nodes(cluster: LocalCluster) -> list[str]:
+    """The nodes (by their custom resource) of the live PPO trial actors, sorted."""
+    placed = subprocess.run(
+        [sys.executable, "-c", TRIAL_NODES, cluster.address, "PPO"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert placed.returncode == 0, placed.stderr[-3000:]
+    nodes: list[str] = json.loads(placed.stdout.strip().splitlines()[-1])
+    return nodes
