@@ -26,6 +26,12 @@ the peak resident memory (RSS) of each trial process, sampled every 0.5 s from `
 the processes Ray titles ``ray::PPO``, and the sum of those peaks; and the trial processes per
 node, from the node's raylet being their parent. One run per size: read the figures as
 single runs.
+
+Beside each size's measurement, ``workbench plan``'s forecast for it (the plan of the same
+experiment file against the live cluster, ``workbench/plan/population.py``): results per
+second and the share outside ``train()``. The forecast's ``train()`` cost is measured once,
+before the cluster starts, by the plan's ``--probe`` (this experiment's sampling and learner
+in this process), as ``workbench plan --probe`` does.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import platform
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -103,6 +111,62 @@ class TrialMemory:
                 mb = int(rss.split()[1]) / 1024
                 self.peak_mb[pid] = max(self.peak_mb.get(pid, 0.0), mb)
                 self.node_of.setdefault(pid, self.raylets.get(parent, "?"))
+
+
+class PlacementWatch:
+    """Ray's placement groups while the population runs, polled from its state API
+    (``ray.util.placement_group_table``): the node of every bundle of every group created,
+    at the moment the most groups were (the whole population placed at once)."""
+
+    def __init__(self, labels: dict[str, str], period_s: float = 1.0) -> None:
+        self.labels = labels  # Ray's node id -> the node's label (node_0, ...)
+        self.period_s = period_s
+        self.groups: list[list[str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> PlacementWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _poll(self) -> None:
+        import ray
+
+        while not self._stop.wait(self.period_s):
+            with contextlib.suppress(Exception):  # the cluster may be losing a node
+                table = ray.util.placement_group_table()
+                created = [g for g in table.values() if g["state"] == "CREATED"]
+                if len(created) > len(self.groups):
+                    self.groups = [
+                        [self.labels.get(n, n) for _, n in sorted(g["bundles_to_node_id"].items())]
+                        for g in created
+                    ]
+
+    def bundles_per_node(self) -> dict[str, int]:
+        counts = {label: 0 for label in sorted(self.labels.values())}
+        for group in self.groups:
+            for label in group:
+                counts[label] = counts.get(label, 0) + 1
+        return counts
+
+    @property
+    def spanning(self) -> int:
+        return sum(len(set(group)) > 1 for group in self.groups)
+
+
+def node_labels() -> dict[str, str]:
+    """Ray's node id -> the custom resource that labels the node (deploy/local_cluster.py)."""
+    import ray
+
+    return {
+        n["NodeID"]: next((k for k in n["Resources"] if k.startswith("node_")), n["NodeID"][:8])
+        for n in ray.nodes()
+        if n.get("Alive")
+    }
 
 
 class NodeLoss:
@@ -170,9 +234,16 @@ def drill_checks(resolved: Any, iterations: int) -> dict[str, Any]:
     }
 
 
-def experiment_data(size: int, iterations: int, cpus: float, folder: Path) -> dict[str, Any]:
+def experiment_data(
+    size: int, iterations: int, node_cpus: float, nodes: int, folder: Path, runners: int = 0
+) -> dict[str, Any]:
+    """The main experiment at this size, each of a trial's processes (its main one and each
+    env runner) at a share of a node such that the whole population is placed at once:
+    ceil(processes / nodes) a node. With env runners, a node's share need not be whole
+    trials, so that some trials' placement groups span nodes."""
     data = yaml.safe_load(EXPERIMENT.read_text())
-    per_trial = cpus / size
+    # Rounded down to Ray's resolution (1e-4 CPU), or k shares would not fit in one node.
+    per_process = math.floor(1e4 * node_cpus / math.ceil(size * (runners + 1) / nodes)) / 1e4
     data.update(
         name=f"scale{size}",
         population=size,
@@ -181,24 +252,112 @@ def experiment_data(size: int, iterations: int, cpus: float, folder: Path) -> di
         failure={"max_failures": 3},
         evaluation={**(data.get("evaluation") or {}), "at_end": "none"},
     )
-    data["resources"].update(cpus_main=per_trial, cpus_per_learner=per_trial)
+    data["resources"].update(cpus_main=per_process, cpus_per_learner=per_process)
+    if runners:
+        data["resources"]["env_runners"].update(count=runners, cpus_each=per_process)
     data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
     return data
 
 
-def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path) -> Any:
-    from workbench.experiment.resolve import load_and_resolve
-
-    cpus = sum(cluster.cpus)
-    where = folder / f"size{size}"
+def write_experiment(size: int, args: argparse.Namespace, folder: Path, name: str = "") -> Path:
+    where = folder / (name or f"size{size}")
     where.mkdir(parents=True)
     path = where / "scale.yaml"
-    path.write_text(yaml.safe_dump(experiment_data(size, args.iterations, cpus, where)))
-    resolved = load_and_resolve(path)
+    data = experiment_data(
+        size, args.iterations, args.cpus_per_node, args.nodes, where, args.env_runners
+    )
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
+    """The plan's --probe of the experiment (one trial's sampling and learner, measured
+    here), and the trial's costs the forecast makes of it: the probe whose train() cost is
+    the median of three."""
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.plan.population import trial_costs
+    from workbench.plan.throughput import probe_throughput
+    from workbench.trial.config import build_config
+
+    resolved = load_and_resolve(write_experiment(4, args, folder, "probe"))
+    config = build_config(resolved)
+    probes = []
+    for _ in range(3):  # a probe is a few seconds: the median of three
+        try:
+            rate = probe_throughput(resolved.experiment, resolved.search_space, config)
+        finally:
+            import ray
+
+            ray.shutdown()  # in case building the algorithm started a local Ray
+        costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
+        probes.append((costs.iteration_cpu_s if costs else 0.0, rate, costs))
+    _, rate, costs = sorted(probes, key=lambda p: p[0])[1]
+    return rate, costs
+
+
+_START = """
+import resource, sys
+from workbench.experiment.resolve import load_and_resolve
+from workbench.trial.config import build_config
+config = build_config(load_and_resolve(sys.argv[1])).env_runners(num_env_runners=0)
+algo = config.build_algo()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime)
+algo.stop()
+"""
+
+
+def start_cpu_s(args: argparse.Namespace, folder: Path) -> float:
+    """CPU seconds of a fresh process that imports the workbench, torch and RLlib and builds
+    the experiment's algorithm (what each trial process does before its first train()),
+    the median of three."""
+    path = write_experiment(4, args, folder, "start")
+    runs = []
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", _START, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "RAY_ADDRESS": ""},
+        )
+        runs.append(float(out.stdout.split()[-1]))
+    return statistics.median(runs)
+
+
+def planned(resolved: Any, address: str, rate: Any) -> Any:
+    """`workbench plan` of this population on the live cluster (its forecast, where
+    ``rate`` holds the probe's figures; refusing, as `workbench run` would, a population
+    the cluster cannot hold)."""
+    from workbench.plan.capacity import make_plan
+    from workbench.plan.resources import live_cluster
+
+    plan = make_plan(resolved, live_cluster(address), throughput=rate)
+    if not plan.fits:
+        raise SystemExit("\n".join(str(p) for p in plan.problems))
+    return plan
+
+
+def run_size(
+    size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path, rate: Any
+) -> Any:
+    from workbench.experiment.resolve import load_and_resolve
+
+    resolved = load_and_resolve(write_experiment(size, args, folder))
+    plan = planned(resolved, cluster.address, rate)
+    if plan.concurrent < size:
+        raise SystemExit(f"population of {size}: only {plan.concurrent} at once; {plan.summary()}")
+    labels = node_labels()
+    plan_labels = {node.name: labels.get(node.node_id, node.name) for node in plan.cluster.nodes}
     raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
     cpu_before = os.times()
-    with TrialMemory(raylets) as memory, loss if args.lose_node else contextlib.nullcontext():
+    with (
+        TrialMemory(raylets) as memory,
+        PlacementWatch(labels) as placement,
+        loss if args.lose_node else contextlib.nullcontext(),
+    ):
         summary, fit = timed_launch_run(resolved)
     cpu_after = os.times()
     driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
@@ -230,6 +389,23 @@ def run_size(size: int, args: argparse.Namespace, cluster: LocalCluster, folder:
         "rss_sum_mb": sum(peaks),
         "per_node": dict(sorted(per_node.items())),
     }
+    figures["placement"] = {
+        "planned": {plan_labels[k]: v for k, v in plan.bundles_per_node().items()},
+        "planned_across_nodes": plan.spanning,
+        "ray": placement.bundles_per_node(),
+        "ray_across_nodes": placement.spanning,
+        "ray_groups": len(placement.groups),
+    }
+    forecast = plan.forecast
+    if forecast is not None:
+        figures["forecast"] = {
+            "results_per_s": forecast.iterations_per_s,
+            "outside": forecast.outside,
+            "wall_s": forecast.wall_s,
+            "bound": forecast.bound,
+            "cores": forecast.cores,
+            "iteration_cpu_s": forecast.costs.iteration_cpu_s,
+        }
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
     if args.lose_node:
@@ -265,6 +441,43 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
             f"({f['results']} results)"
         )
+    print(
+        "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
+        "Ray placed them (its placement group table, at the moment the most groups existed)"
+    )
+    for f in rows:
+        place = f["placement"]
+        planned = ", ".join(f"{k} {v}" for k, v in sorted(place["planned"].items()))
+        actual = ", ".join(f"{k} {v}" for k, v in place["ray"].items())
+        print(
+            f"population {f['size']}: plan {planned} ({place['planned_across_nodes']} trials "
+            f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
+            f"{place['ray_across_nodes']} across nodes)"
+        )
+    forecasts = [f for f in rows if "forecast" in f]
+    if forecasts:
+        print(
+            "\n`workbench plan`'s forecast beside the measurement (results per second: all the "
+            "trials' train() results over fit(); error: forecast / measured - 1)"
+        )
+        print(
+            "| trials | results/s forecast | measured | error | outside train() forecast "
+            "| measured | error | forecast bound |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        for f in forecasts:
+            fc, rate = f["forecast"], f["results"] / f["wall_s"]
+            print(
+                f"| {f['size']} | {fc['results_per_s']:.2f} | {rate:.2f} "
+                f"| {100 * (fc['results_per_s'] / rate - 1):+.0f}% | {100 * fc['outside']:.1f}% "
+                f"| {100 * f['outside']:.1f}% | {100 * (fc['outside'] / f['outside'] - 1):+.0f}% "
+                f"| {fc['bound']} |"
+            )
+        first = forecasts[0]["forecast"]
+        print(
+            f"forecast inputs: one train() ~{first['iteration_cpu_s']:.3g} CPU s (the probe, "
+            f"averaged over the search space), {first['cores']:g} cores shared by the nodes"
+        )
     for f in rows:
         if "lost" in f:
             lost = f["lost"]
@@ -278,6 +491,45 @@ def report(rows: list[dict[str, Any]]) -> None:
             )
 
 
+def calibration(
+    rows: list[dict[str, Any]], costs: Any, iterations: int, start: float
+) -> dict[str, float]:
+    """The constants of workbench/plan/population.py from these runs (the whole population
+    at once), with ``costs`` the probe's train() costs and ``start`` a trial process's
+    start measured apart (``start_cpu_s``):
+
+    * the driver's per result: its process's CPU over the run a result, averaged;
+    * the rest per result: the figure that makes the model's wall time the measured one,
+      solved at each size, then a fixed part and a part per trial through the smallest and
+      the largest size.
+    """
+    from workbench.plan.population import Constants, forecast, with_constants
+
+    cores = rows[0]["forecast"]["cores"]
+    driver = statistics.mean(f["driver_cpu_s"] / max(f["results"], 1) for f in rows)
+
+    def wall(f: dict[str, Any], rest: float) -> float:
+        model = with_constants(costs, Constants(start, rest, 0.0, driver))
+        size = f["size"]
+        return forecast(model, trials=size, at_once=size, cores=cores, iterations=iterations).wall_s
+
+    rests = []
+    for f in rows:
+        low, high = 0.0, 10.0
+        for _ in range(50):
+            mid = (low + high) / 2
+            low, high = (mid, high) if wall(f, mid) < f["wall_s"] else (low, mid)
+        rests.append((f["size"], (low + high) / 2))
+    (n0, r0), (n1, r1) = rests[0], rests[-1]
+    slope = (r1 - r0) / (n1 - n0) if n1 != n0 else 0.0
+    return {
+        "start_s": start,
+        "result_s": r0 - slope * n0,
+        "result_s_per_trial": slope,
+        "driver_s": driver,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="4,8,16,32", help="population sizes, in order")
@@ -285,16 +537,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
     parser.add_argument("--cpus-per-node", type=float, default=2.0)
     parser.add_argument(
+        "--env-runners",
+        type=int,
+        default=0,
+        help="env runner processes a trial (0: the main process samples), so that a trial's "
+        "placement group may span nodes",
+    )
+    parser.add_argument(
         "--lose-node",
         action="store_true",
         help="kill the last node's raylet once every trial has a third of its iterations",
+    )
+    parser.add_argument(
+        "--no-forecast", action="store_true", help="skip the plan's probe and forecast"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="also print the constants of workbench/plan/population.py these runs give",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.quick:
-        sizes, args.iterations, args.nodes = [4], 2, 2
+        sizes, args.iterations, args.nodes, args.env_runners = [4], 2, 2, 1
 
     os.environ["RAY_AUTH_MODE"] = "disabled"  # the cluster's setting (deploy/local_cluster.py)
     os.environ.pop("RAY_ADDRESS", None)
@@ -314,18 +581,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
     rows: list[dict[str, Any]] = []
+    rate, costs = (None, None) if args.no_forecast else probe(args, folder)
     try:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for size in sizes:
             started = time.monotonic()
-            rows.append(run_size(size, args, cluster, folder))
+            rows.append(run_size(size, args, cluster, folder, rate))
             print(f"population {size}: done in {time.monotonic() - started:.0f} s", flush=True)
     finally:
         ray.shutdown()
         left = cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     report(rows)
+    if args.calibrate and costs is not None and all("outside_before" in f for f in rows):
+        start = start_cpu_s(args, folder)
+        constants = calibration(rows, costs, args.iterations, start)
+        print("\ncalibration, workbench/plan/population.py's Constants:")
+        for name, value in constants.items():
+            print(f"  {name} = {value:.4g}")
     if left:
         print(f"processes of the cluster left running: {left}")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")

@@ -24,6 +24,7 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_checks import grid_points
+from workbench.plan.population import Forecast, forecast, forecast_lines, iterations_of, trial_costs
 from workbench.plan.resources import (
     Cluster,
     MemoryFit,
@@ -67,6 +68,10 @@ class Plan:
     cpu_fallback: bool = False
     throughput: Throughput | None = None
     memory: MemoryFit | None = None  # None: the cluster declares no memory
+    forecast: Forecast | None = None  # None: the iteration's cost is not known
+    # Node index of every bundle of every trial placed at once (an estimate of Ray's choice
+    # among equal nodes; exact in how many bundles each node can hold).
+    placements: list[list[int]] = field(default_factory=list)
     # What the run should use: the experiment and RLlib config the plan was made for (the
     # CPU fallback's where the plan fell back to CPU learners).
     resolved: ResolvedExperiment | None = None
@@ -75,6 +80,19 @@ class Plan:
     @property
     def fits(self) -> bool:
         return not self.problems
+
+    def bundles_per_node(self) -> dict[str, int]:
+        """Bundles each node holds with the trials at once placed, by node name."""
+        counts = {node.name: 0 for node in self.cluster.nodes}
+        for where in self.placements:
+            for index in where:
+                counts[self.cluster.nodes[index].name] += 1
+        return counts
+
+    @property
+    def spanning(self) -> int:
+        """Trials whose bundles are on more than one node."""
+        return sum(len(set(where)) > 1 for where in self.placements)
 
     @property
     def waves(self) -> int:
@@ -132,6 +150,12 @@ class Plan:
             )
         else:
             out.append("At once: none, the trial can never be placed (see below)")
+        if self.fits and len(self.cluster.nodes) > 1:
+            shown = ", ".join(f"{k} {v}" for k, v in self.bundles_per_node().items())
+            out.append(
+                f"Bundles per node with {self.concurrent} at once: {shown} ({self.spanning} "
+                f"trial{'s' if self.spanning != 1 else ''} across nodes)"
+            )
         if self.memory is not None and self.fits:
             mem = self.memory
             out.append(
@@ -142,6 +166,8 @@ class Plan:
         out += [f"Note: {n}" for n in self.notes]
         if self.throughput is not None:
             out += _throughput_lines(self.throughput)
+        if self.forecast is not None and self.fits:
+            out += forecast_lines(self.forecast)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -167,6 +193,8 @@ class Plan:
             "capacity": self.capacity,
             "limited_by": self.limited_by,
             "waves": self.waves,
+            "bundles_per_node": self.bundles_per_node(),
+            "trials_across_nodes": self.spanning,
             "fits": self.fits,
             "cpu_fallback": self.cpu_fallback,
             "problems": [str(p) for p in self.problems],
@@ -179,6 +207,18 @@ class Plan:
                 "processes_per_trial": self.memory.processes,
                 "cluster_bytes": self.memory.cluster,
                 "trials_it_holds": self.memory.concurrent,
+            },
+            "forecast": None
+            if self.forecast is None
+            else {
+                "iterations_per_trial": self.forecast.iterations,
+                "cores": self.forecast.cores,
+                "wall_s": self.forecast.wall_s,
+                "iterations_per_s": self.forecast.iterations_per_s,
+                "outside_train": self.forecast.outside,
+                "bound": self.forecast.bound,
+                "iteration_cpu_s": self.forecast.costs.iteration_cpu_s,
+                "source": self.forecast.costs.source,
             },
             "throughput": None
             if rate is None
@@ -228,13 +268,15 @@ def make_plan(
     *,
     config: AlgorithmConfig | None = None,
     probe: bool = False,
+    throughput: Throughput | None = None,
 ) -> Plan:
     """The plan of one experiment on one cluster (no Ray started; ``probe`` builds the
     algorithm locally for a few seconds to measure sampling and learning rates).
 
     ``config`` is the run's RLlib config (built from ``resolved`` when not given); the
     plan carries the config and experiment the run should use (the CPU fallback's where
-    the plan falls back), and never changes its inputs."""
+    the plan falls back), and never changes its inputs. ``throughput``: figures already
+    measured for this experiment (a probe's), used instead of estimating them again."""
     exp = resolved.experiment
     res = exp.resources
     where = str(resolved.file)
@@ -306,9 +348,8 @@ def make_plan(
         if budget is not None and total > budget:
             text += f", more than stop.wall_time_s {budget:g}: the last waves would not run"
         notes.append(text + " (startup and restores not counted)")
-    throughput = None
     try:
-        throughput = (
+        throughput = throughput or (
             probe_throughput(exp, resolved.search_space, config)
             if probe
             else estimate_throughput(exp, resolved.search_space, config)
@@ -317,6 +358,11 @@ def make_plan(
         raise
     except Exception as err:  # an estimate must never stop a plan
         notes.append(f"sampling vs learning not estimated: {type(err).__name__}: {err}")
+    population_forecast = None
+    if throughput is not None and fit.concurrent:
+        population_forecast = forecast_population(
+            resolved, config, throughput, request, cluster, trials, fit.concurrent
+        )
     return Plan(
         file=where,
         algorithm=exp.algorithm,
@@ -336,8 +382,30 @@ def make_plan(
         cpu_fallback=fallback,
         throughput=throughput,
         memory=memory,
+        forecast=population_forecast,
+        placements=fit.placements,
         resolved=resolved,
         config=config,
+    )
+
+
+def forecast_population(
+    resolved: ResolvedExperiment,
+    config: AlgorithmConfig,
+    rate: Throughput,
+    request: TrialRequest,
+    cluster: Cluster,
+    trials: int,
+    at_once: int,
+) -> Forecast | None:
+    """The population's pace on this cluster's cores (None where train()'s cost is unknown)."""
+    exp = resolved.experiment
+    costs = trial_costs(resolved.search_space, config, rate, processes=len(request.bundles))
+    if costs is None:
+        return None
+    iterations = iterations_of(exp, float(config.train_batch_size_per_learner))
+    return forecast(
+        costs, trials=trials, at_once=at_once, cores=cluster.cores, iterations=iterations
     )
 
 

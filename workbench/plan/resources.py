@@ -100,6 +100,14 @@ class Node:
 class Cluster:
     nodes: tuple[Node, ...]
     source: str  # where the numbers come from, said in every message
+    # The cores the nodes have, where known to be fewer than the CPUs they declare (nodes
+    # on this machine share its cores); None: the declared CPUs are cores.
+    shared_cores: float | None = None
+
+    @property
+    def cores(self) -> float:
+        declared = self.totals.get("CPU", 0.0)
+        return declared if self.shared_cores is None else min(declared, self.shared_cores)
 
     @property
     def totals(self) -> Resources:
@@ -189,8 +197,12 @@ def memory_bytes(text: str) -> float:
     return _number(text.removesuffix(unit)) * _SIZE_UNITS[unit]
 
 
-def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, Any]], source: str) -> Cluster:
-    """The alive nodes of ``ray.nodes()``, with their total (not free) resources."""
+def cluster_from_ray_nodes(
+    nodes: Iterable[Mapping[str, Any]], source: str, local_host: str = ""
+) -> Cluster:
+    """The alive nodes of ``ray.nodes()``, with their total (not free) resources. Nodes at
+    ``local_host`` (this machine's address) or on loopback share this machine's cores,
+    whatever CPUs they declare."""
     out = []
     for info in nodes:
         if not info.get("Alive", False):
@@ -199,7 +211,13 @@ def cluster_from_ray_nodes(nodes: Iterable[Mapping[str, Any]], source: str) -> C
         node_id = str(info.get("NodeID", ""))
         resources = {str(k): float(v) for k, v in dict(info.get("Resources", {})).items()}
         out.append(Node(f"{host} ({node_id[:8]})", resources, host, node_id))
-    return Cluster(tuple(out), source)
+    here = [n for n in out if n.host == local_host or n.host.startswith("127.")]
+    if not here:
+        return Cluster(tuple(out), source)
+    declared_here = sum(n.resources.get("CPU", 0.0) for n in here)
+    elsewhere = sum(n.resources.get("CPU", 0.0) for n in out if n not in here)
+    cores = elsewhere + min(declared_here, float(os.cpu_count() or 1))
+    return Cluster(tuple(out), source, cores)
 
 
 def live_cluster(address: str | None = None) -> Cluster:
@@ -208,7 +226,8 @@ def live_cluster(address: str | None = None) -> Cluster:
     where = address or os.environ.get("RAY_ADDRESS")
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
     source = f"the Ray cluster at {where}" if where else "the local Ray instance"
-    return cluster_from_ray_nodes(nodes, source)
+    here = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return cluster_from_ray_nodes(nodes, source, here)
 
 
 def cluster_for(specs: Sequence[str], address: str | None, *, file: str) -> Cluster:
@@ -326,6 +345,8 @@ class Fit:
     concurrent: int
     limited_by: str | None  # what stops one more trial, with the numbers (None: the limit)
     per_resource: dict[str, int] = field(default_factory=dict)  # bound from totals alone
+    # The node index of each bundle of each trial placed, in the order they were placed.
+    placements: list[list[int]] = field(default_factory=list)
 
 
 def concurrent_trials(request: TrialRequest, cluster: Cluster, limit: int) -> Fit:
@@ -336,15 +357,16 @@ def concurrent_trials(request: TrialRequest, cluster: Cluster, limit: int) -> Fi
     per_resource = {
         k: math.floor(round(totals.get(k, 0.0) / v, 6)) for k, v in request.totals.items() if v
     }
-    count = 0
-    while count < limit:
+    placements: list[list[int]] = []
+    while len(placements) < limit:
         where = place(request, free)
         if where is None:
             break
         for bundle, index in zip(request.bundles, where, strict=True):
             for k, v in bundle.resources.items():
                 free[index][k] = round(free[index].get(k, 0.0) - v, 4)
-        count += 1
+        placements.append(where)
+    count = len(placements)
     reason: str | None = None
     if count < limit:
         binding = [k for k, n in per_resource.items() if n == count]
@@ -357,7 +379,7 @@ def concurrent_trials(request: TrialRequest, cluster: Cluster, limit: int) -> Fi
                 f"bundles of one more trial do not fit on what the nodes have left "
                 f"({request.strategy})"
             )
-    return Fit(count, reason, per_resource)
+    return Fit(count, reason, per_resource, placements)
 
 
 # --- memory ------------------------------------------------------------------------------------

@@ -28,6 +28,16 @@ SAMPLING_RATES: dict[str, dict[int, float]] = {
 }
 
 
+# The workbench's FastEnvRunner on the same core and module (docs/benchmarks/
+# sampling-throughput.md, 2 December 2026): sim_ext's native vector envs, and Gymnasium's
+# vector class of a Gymnasium env. Only the population forecast uses these: the verdict above
+# keeps RLlib's rates as a floor.
+FAST_SAMPLING_RATES: dict[str, dict[int, float]] = {
+    "sim_ext": {1: 11.9e3, 8: 66.6e3, 64: 157e3},
+    "gymnasium": {1: 7.6e3, 8: 46.3e3, 64: 96.4e3},
+}
+
+
 # One PPO learner update on CPU with RLlib's default model (two 256-unit layers each for
 # policy and value), measured here: 4096 CartPole samples, one epoch, best of 4 runs:
 # 6.8 ms per minibatch of 64, 7.7 of 128, 15.6 of 512, 54 of 2048, which is about
@@ -51,6 +61,11 @@ class Throughput:
     # The documented rates are RLlib's own runner's; another (faster) runner makes the
     # estimate a floor.
     sampling_floor: bool = False
+    # For the population forecast: env steps/s of one runner on a whole core (the fast
+    # runner's own rate where documented), and one learner epoch's cost in seconds per
+    # sample and per minibatch (None: not a minibatch learner, or not known).
+    per_core: float = 0.0
+    learner_costs: tuple[float, float] | None = None
 
     @property
     def sampling(self) -> float:
@@ -121,8 +136,19 @@ def _searched_range(space: SearchSpace, name: str, base: float) -> tuple[float, 
 
 
 def _per_runner_rate(envs: int, mode: str) -> float:
-    """Documented env steps/s of one runner (log-log interpolation; flat past the table)."""
-    table = SAMPLING_RATES["vector_entry_point" if mode == "vector_entry_point" else "sync"]
+    """Documented env steps/s of RLlib's runner (log-log interpolation; flat past the table)."""
+    return _interpolate(
+        SAMPLING_RATES["vector_entry_point" if mode == "vector_entry_point" else "sync"], envs
+    )
+
+
+def _fast_runner_rate(envs: int, env_id: str) -> float:
+    """Documented env steps/s of the fast runner on a whole core."""
+    native = env_id.startswith("sim_ext/")
+    return _interpolate(FAST_SAMPLING_RATES["sim_ext" if native else "gymnasium"], envs)
+
+
+def _interpolate(table: dict[int, float], envs: int) -> float:
     points = sorted(table.items())
     if envs <= points[0][0]:
         return points[0][1]
@@ -169,6 +195,10 @@ def estimate_throughput(exp: Experiment, space: SearchSpace, config: AlgorithmCo
             "that: the sampling figure is a floor (--probe measures it)"
         )
     model = _learner_model(exp.algorithm, space, config)
+    envs = res.env_runners.envs_per_runner
+    fast = runner == "FastEnvRunner" and mode == "vector_entry_point"
+    per_core = _fast_runner_rate(envs, exp.env.id) if fast else _per_runner_rate(envs, mode)
+    costs = None
     low = high = None
     if model is None:
         detail.append(
@@ -182,6 +212,7 @@ def estimate_throughput(exp: Experiment, space: SearchSpace, config: AlgorithmCo
         )
     else:
         (e_low, e_high), (m_low, m_high), _, learners = model
+        costs = (CPU_LEARNER_S_PER_SAMPLE, CPU_LEARNER_S_PER_MINIBATCH)
 
         def rate(epochs: float, minibatch: float) -> float:
             per_sample = CPU_LEARNER_S_PER_SAMPLE + CPU_LEARNER_S_PER_MINIBATCH / minibatch
@@ -195,7 +226,15 @@ def estimate_throughput(exp: Experiment, space: SearchSpace, config: AlgorithmCo
             f"{CPU_LEARNER_S_PER_SAMPLE * 1e6:g} us per sample per epoch (measured here)"
         )
     return Throughput(
-        runners, per_runner, low, high, measured=False, detail=detail, sampling_floor=floor
+        runners,
+        per_runner,
+        low,
+        high,
+        measured=False,
+        detail=detail,
+        sampling_floor=floor,
+        per_core=per_core,
+        learner_costs=costs,
     )
 
 
@@ -235,17 +274,30 @@ def probe_throughput(
             "one core of this machine"
         ]
         low = high = None
+        costs = None
         if model is None:
             detail.append(f"learner: not measured ({exp.algorithm} replays)")
         else:
-            (e_low, e_high), (m_low, m_high), _, learners = model
+            (e_low, e_high), (m_low, m_high), (_, batch_high), learners = model
+            # The learner's batch as a trial's: episodes up to the largest searched batch.
+            episodes, steps = _batch_of(episodes, int(batch_high))
             minibatch = int(min(max((m_low + m_high) / 2, 1), steps))
             update = algo.learner_group.update
             args = {"timesteps": {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}, "num_epochs": 1}
-            update(episodes=episodes, minibatch_size=minibatch, **args)  # warm-up
-            start = time.perf_counter()
-            update(episodes=episodes, minibatch_size=minibatch, **args)
-            per_sample_epoch = (time.perf_counter() - start) / steps
+
+            def epoch_s(size: int) -> float:
+                """The median of three epochs in minibatches of ``size``."""
+                times = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    update(episodes=episodes, minibatch_size=size, **args)
+                    times.append(time.perf_counter() - start)
+                return sorted(times)[1]
+
+            epoch_s(minibatch)  # warm-up
+            per_sample_epoch = epoch_s(minibatch) / steps
+            sizes = [int(min(max(m, 1), steps)) for m in (m_low, m_high)]
+            costs = _two_point(steps, sizes[0], sizes[1], epoch_s)
             low = learners / (e_high * per_sample_epoch)
             high = learners / (e_low * per_sample_epoch)
             device = "GPU" if gpu else "CPU"
@@ -256,6 +308,38 @@ def probe_throughput(
             )
             if res.gpus_per_learner > 0 and not gpu:
                 detail.append("learner: this machine has no CUDA, so the CPU was measured")
-        return Throughput(res.env_runners.count, per_runner, low, high, True, detail)
+        return Throughput(
+            res.env_runners.count,
+            per_runner,
+            low,
+            high,
+            True,
+            detail,
+            per_core=per_runner,
+            learner_costs=costs,
+        )
     finally:
         algo.stop()
+
+
+def _batch_of(episodes: list[Any], size: int) -> tuple[list[Any], int]:
+    """The first episodes that hold ``size`` steps (all of them if they hold fewer)."""
+    taken, steps = [], 0
+    for episode in episodes:
+        if steps >= size:
+            break
+        taken.append(episode)
+        steps += len(episode)
+    return taken, steps
+
+
+def _two_point(steps: int, small: int, large: int, epoch_s: Any) -> tuple[float, float]:
+    """(s per sample, s per minibatch) of one learner epoch over ``steps`` samples, from
+    epochs in minibatches of ``small`` and of ``large``."""
+    n_small, n_large = math.ceil(steps / small), math.ceil(steps / large)
+    t_small, t_large = epoch_s(small), epoch_s(large)
+    if n_small == n_large:
+        return t_small / steps, 0.0
+    per_minibatch = max((t_small - t_large) / (n_small - n_large), 0.0)
+    per_sample = max((t_large - per_minibatch * n_large) / steps, 0.0)
+    return per_sample, per_minibatch

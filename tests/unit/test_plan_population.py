@@ -1,0 +1,180 @@
+"""The plan's population forecast: iterations per second and the share of the trials' time
+outside train(), from one trial's costs and the cores the trials share (the model of
+workbench/plan/population.py, checked against measurements by
+benchmarks/population_scale.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_resources import cluster, experiment, resolved, run_cli
+from workbench.experiment.search_space import parse_search_space
+from workbench.plan.capacity import make_plan
+from workbench.plan.population import (
+    TrialCosts,
+    _processor_sharing,
+    forecast,
+    iteration_costs,
+    iterations_of,
+)
+from workbench.plan.resources import cluster_from_ray_nodes
+from workbench.plan.throughput import Throughput
+
+HALF_CPU: dict[str, Any] = {"cpus_main": 0.5, "cpus_per_learner": 0}
+
+
+def costs(iteration: float = 0.5, **changes: Any) -> TrialCosts:
+    """Trials alike: every draw of the hyperparameters costs ``iteration`` a train()."""
+    base: dict[str, Any] = {
+        "processes": 1,
+        "start_s": 8.0,
+        "iterations": ((iteration, iteration),),
+        "result_s": 0.05,
+        "result_s_per_trial": 0.0,
+        "driver_s": 0.1,
+        "source": "test",
+    }
+    return TrialCosts(**{**base, **changes})
+
+
+def own_share(c: TrialCosts, iterations: int) -> float:
+    """The share of a trial's own time (a core to itself) outside train()."""
+    own = c.start_s + iterations * (c.iteration_wall_s + c.result_s + c.driver_s)
+    return 1 - iterations * c.iteration_wall_s / own
+
+
+def test_with_cores_to_spare_a_trial_takes_its_own_time() -> None:
+    c = costs()
+    result = forecast(c, trials=4, at_once=4, cores=64, iterations=40)
+    assert result.bound == "each trial's own time"
+    assert result.wall_s == pytest.approx(8.0 + 40 * 0.65)
+    assert result.outside == pytest.approx(own_share(c, 40))
+    assert result.iterations_per_s == pytest.approx(160 / result.wall_s)
+
+
+def test_on_shared_cores_everything_stretches_and_the_share_outside_stays_the_trials_own() -> None:
+    c = costs()
+    result = forecast(c, trials=32, at_once=32, cores=2, iterations=40)
+    assert result.bound == "the cores"
+    work = 32 * (8.0 + 40 * (0.5 + 0.05 + 0.1))
+    assert result.wall_s == pytest.approx(work / 2)
+    assert result.outside == pytest.approx(own_share(c, 40))
+    # A trial with more processes starts each of them: more work, the same own time.
+    runners = forecast(costs(processes=3), trials=32, at_once=32, cores=2, iterations=40)
+    assert runners.wall_s == pytest.approx(result.wall_s + 32 * 2 * 8.0 / 2)
+
+
+def test_a_driver_slower_than_the_trials_sets_the_pace_and_they_wait_on_it() -> None:
+    c = costs(0.05, driver_s=0.6)
+    result = forecast(c, trials=32, at_once=32, cores=64, iterations=40)
+    assert result.bound == "the driver"
+    assert result.wall_s == pytest.approx(32 * 40 * 0.6)
+    assert result.outside > own_share(c, 40)
+
+
+def test_a_population_larger_than_its_slots_runs_in_waves() -> None:
+    c = costs()
+    one = forecast(c, trials=4, at_once=4, cores=4, iterations=10)
+    three = forecast(c, trials=10, at_once=4, cores=4, iterations=10)
+    half = forecast(c, trials=2, at_once=2, cores=4, iterations=10)
+    assert three.wall_s == pytest.approx(2 * one.wall_s + half.wall_s)
+    assert three.iterations_per_s == pytest.approx(100 / three.wall_s)
+
+
+def test_trials_that_draw_dearer_iterations_finish_last_and_the_others_wait_for_them() -> None:
+    # Two jobs of 10 and 20 s on one core: together at half speed until the first is done
+    # at 20 s, then the second alone for its last 10 s.
+    assert _processor_sharing([10.0, 20.0], [10.0, 20.0], 1.0) == pytest.approx([20.0, 30.0])
+    # On two cores each has its own.
+    assert _processor_sharing([10.0, 20.0], [10.0, 20.0], 2.0) == pytest.approx([10.0, 20.0])
+    alike = costs(0.5)
+    spread = costs(0.5, iterations=((0.1, 0.1), (0.9, 0.9)))
+    assert spread.iteration_cpu_s == alike.iteration_cpu_s
+    a = forecast(alike, trials=2, at_once=2, cores=4, iterations=40)
+    b = forecast(spread, trials=2, at_once=2, cores=4, iterations=40)
+    # The slower trial sets the wave's end; the faster one's slot is idle after its last
+    # result, so more of the slot time is outside train().
+    assert b.wall_s > a.wall_s and b.outside > a.outside
+
+
+def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(
+    tmp_path: Path,
+) -> None:
+    plan = make_plan(resolved(tmp_path, HALF_CPU), cluster("cpus=2"))
+    assert plan.config is not None and plan.resolved is not None
+    space = parse_search_space(
+        {"num_epochs": {"choice": [2, 6]}, "minibatch_size": {"choice": [50, 100]}}
+    )
+    rate = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=(1e-5, 1e-3))
+    plan.config.training(train_batch_size_per_learner=1000)
+    draws = iteration_costs(space, plan.config, rate)
+    assert draws is not None and list(draws) == sorted(draws)
+    cpu = sum(c for c, _ in draws) / len(draws)
+    # E[epochs] 4; E[minibatches] (20 + 10) / 2 = 15; independent draws.
+    expected = 1000 / 1e4 + 4 * (1000 * 1e-5 + 15 * 1e-3)
+    assert cpu == pytest.approx(expected, rel=0.05)
+    assert all(c == pytest.approx(w) for c, w in draws)  # no env runners: one process
+    # The cheapest draw (2 epochs of 10 minibatches) and the dearest (6 of 20).
+    assert draws[0][0] == pytest.approx(0.1 + 2 * (0.01 + 0.01))
+    assert draws[-1][0] == pytest.approx(0.1 + 6 * (0.01 + 0.02))
+    replaying = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=None)
+    assert iteration_costs(space, plan.config, replaying) is None
+
+
+def test_iterations_come_from_the_stop_rule(tmp_path: Path) -> None:
+    exp = resolved(tmp_path, HALF_CPU, stop={"iterations": 30, "env_steps": 4000}).experiment
+    assert iterations_of(exp, 200) == 20
+    assert iterations_of(exp, 100) == 30
+    exp = resolved(tmp_path, HALF_CPU, stop={"wall_time_s": 60}).experiment
+    assert iterations_of(exp, 200) is None
+
+
+def test_plan_prints_the_forecast_and_puts_it_in_its_json(tmp_path: Path) -> None:
+    path = experiment(tmp_path, HALF_CPU, stop={"iterations": 40}, population=8)
+    code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=4")
+    assert code == 0
+    assert "Population forecast (documented rates for train()" in out
+    assert "8 trials x 40 iterations, 8 at once on 8 cores" in out
+    code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=4", "--json")
+    data = json.loads(out)["forecast"]
+    assert data["iterations_per_trial"] == 40 and data["cores"] == 8
+    assert 0 < data["outside_train"] < 1 and data["iterations_per_s"] > 0
+    # The same population on one core is bound by it.
+    one = make_plan(resolved(tmp_path, HALF_CPU, population=8), cluster("cpus=1", "cpus=3"))
+    assert one.forecast is not None and one.forecast.cores == 4
+
+
+def test_nodes_on_this_machine_share_its_cores() -> None:
+    def node(host: str) -> dict[str, Any]:
+        return {"Alive": True, "NodeManagerAddress": host, "NodeID": "ab", "Resources": {"CPU": 8}}
+
+    cores = os.cpu_count() or 1
+    here = [node("192.0.2.2"), node("192.0.2.2")]
+    local = cluster_from_ray_nodes(here, "this machine's nodes", local_host="192.0.2.2")
+    assert local.totals["CPU"] == 16 and local.cores == min(16, cores)
+    loopback = cluster_from_ray_nodes([node("127.0.0.1")], "loopback", local_host="192.0.2.2")
+    assert loopback.cores == min(8, cores)
+    mixed = cluster_from_ray_nodes([*here, node("10.0.0.1")], "mixed", local_host="192.0.2.2")
+    assert mixed.cores == 8 + min(16, cores)
+    remote = cluster_from_ray_nodes([node("10.0.0.1"), node("10.0.0.2")], "two hosts")
+    assert remote.cores == 16
+
+
+def test_plan_says_how_many_bundles_each_node_holds_and_which_trials_span_nodes(
+    tmp_path: Path,
+) -> None:
+    # A trial of CPU 2.5 (main process 0.5, two runners of 1) cannot stay on a 2-CPU node.
+    runners = {"cpus_main": 0.5, "cpus_per_learner": 0, "env_runners": {"count": 2}}
+    plan = make_plan(resolved(tmp_path, runners, population=3), cluster("cpus=2,nodes=4"))
+    assert plan.concurrent == 3 and plan.spanning == 3
+    assert sum(plan.bundles_per_node().values()) == 9
+    assert all(len(where) == 3 for where in plan.placements)
+    assert "(3 trials across nodes)" in "\n".join(plan.lines())
+    # Half-CPU trials pack: each on one node.
+    packed = make_plan(resolved(tmp_path, HALF_CPU, population=8), cluster("cpus=2,nodes=2"))
+    assert packed.spanning == 0 and packed.bundles_per_node() == {"node 1": 4, "node 2": 4}
