@@ -151,7 +151,17 @@ class Plan:
         else:
             out.append("At once: none, the trial can never be placed (see below)")
         if self.fits and len(self.cluster.nodes) > 1:
-            shown = ", ".join(f"{k} {v}" for k, v in self.bundles_per_node().items())
+            counts = self.bundles_per_node()
+            if len(counts) <= 8:
+                shown = ", ".join(f"{k} {v}" for k, v in counts.items())
+            else:
+                nodes: dict[int, int] = {}
+                for held in counts.values():
+                    nodes[held] = nodes.get(held, 0) + 1
+                shown = ", ".join(
+                    f"{held} on {k} node{'s' if k != 1 else ''}"
+                    for held, k in sorted(nodes.items(), reverse=True)
+                )
             out.append(
                 f"Bundles per node with {self.concurrent} at once: {shown} ({self.spanning} "
                 f"trial{'s' if self.spanning != 1 else ''} across nodes)"
