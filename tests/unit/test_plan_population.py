@@ -6,6 +6,7 @@ benchmarks/population_scale.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,15 @@ def test_plan_says_how_many_bundles_each_node_holds_and_which_trials_span_nodes(
     # Half-CPU trials pack: each on one node.
     packed = make_plan(resolved(tmp_path, HALF_CPU, population=8), cluster("cpus=2,nodes=2"))
     assert packed.spanning == 0 and packed.bundles_per_node() == {"node 1": 4, "node 2": 4}
+
+
+def test_the_probe_separates_the_cost_per_sample_from_the_cost_per_minibatch() -> None:
+    from workbench.plan.throughput import _two_point
+
+    def epoch_s(size: int) -> float:  # 20 us a sample, 2 ms a minibatch
+        return 2000 * 20e-6 + math.ceil(2000 / size) * 2e-3
+
+    per_sample, per_minibatch = _two_point(2000, 64, 512, epoch_s)
+    assert per_sample == pytest.approx(20e-6) and per_minibatch == pytest.approx(2e-3)
+    # One minibatch size searched: no second point, all of it per sample.
+    assert _two_point(2000, 512, 512, epoch_s) == (pytest.approx(epoch_s(512) / 2000), 0.0)
