@@ -103,14 +103,16 @@ class TrialMemory:
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:
                     continue
-                if not title.startswith(TRIAL_TITLE):
+                # A worker of the cluster's raylets (not, say, one of the probe's local Ray
+                # still going down).
+                if not title.startswith(TRIAL_TITLE) or parent not in self.raylets:
                     continue
                 rss = next((ln for ln in status.splitlines() if ln.startswith("VmRSS:")), "")
                 if not rss:
                     continue
                 mb = int(rss.split()[1]) / 1024
                 self.peak_mb[pid] = max(self.peak_mb.get(pid, 0.0), mb)
-                self.node_of.setdefault(pid, self.raylets.get(parent, "?"))
+                self.node_of.setdefault(pid, self.raylets[parent])
 
 
 class PlacementWatch:
