@@ -286,7 +286,8 @@ def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
     probes = []
     for _ in range(1 if args.quick else 3):  # a probe is a few seconds: the median of three
         try:
-            rate = probe_throughput(resolved.experiment, resolved.search_space, config)
+            seconds = 0.5 if args.quick else 2.0
+            rate = probe_throughput(resolved.experiment, resolved.search_space, config, seconds)
         finally:
             import ray
 
