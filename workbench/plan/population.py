@@ -223,8 +223,9 @@ def forecast(
 def _wave(costs: TrialCosts, n: int, cores: float, iterations: int) -> tuple[float, str, float]:
     """(seconds, what bounds it, the n trials' seconds in train()) for n trials at once."""
     per_result = costs.per_result_s(n) + costs.driver_s
+    trials = costs.quantiles(n)
     own, work = [], []
-    for cpu, wall in costs.quantiles(n):
+    for cpu, wall in trials:
         own.append(costs.start_s + iterations * (wall + per_result))
         work.append(costs.processes * costs.start_s + iterations * (cpu + per_result))
     finish = _processor_sharing(own, work, cores)
@@ -239,8 +240,7 @@ def _wave(costs: TrialCosts, n: int, cores: float, iterations: int) -> tuple[flo
         bound = "each trial's own time"
     # Waiting on the driver adds to the wave's time, outside train().
     in_train = sum(
-        iterations * wall / o * f
-        for (_, wall), o, f in zip(costs.quantiles(n), own, finish, strict=True)
+        iterations * wall / o * f for (_, wall), o, f in zip(trials, own, finish, strict=True)
     )
     return seconds, bound, in_train
 
