@@ -384,6 +384,7 @@ def run_size(
         "env_steps": steps,
         "rate": steps / fit.seconds,
         "results": sum(len(rows) for rows in trials.values()),
+        "iterations": args.iterations,
         "driver_cpu_s": driver_cpu_s,
         "outside": 1.0 - train_s / (size * fit.seconds),
         "trial_processes": len(peaks),
@@ -399,11 +400,18 @@ def run_size(
         "ray_across_nodes": placement.spanning,
         "ray_groups": len(placement.groups),
     }
+    # Ray breaks ties between equally free nodes in its own order: the plan names which
+    # nodes hold how many bundles up to that.
+    figures["placement"]["same_counts"] = sorted(
+        figures["placement"]["planned"].values()
+    ) == sorted(figures["placement"]["ray"].values())
     forecast = plan.forecast
     if forecast is not None:
         figures["forecast"] = {
             "results_per_s": forecast.iterations_per_s,
+            "results": forecast.results,
             "outside": forecast.outside,
+            "before": forecast.before,
             "wall_s": forecast.wall_s,
             "bound": forecast.bound,
             "cores": forecast.cores,
@@ -422,7 +430,80 @@ def run_size(
     return figures
 
 
-def report(rows: list[dict[str, Any]]) -> None:
+def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path) -> Any:
+    """The killed-driver drill at this size: `workbench run --address` as its own process,
+    SIGKILLed once every trial has a third of its iterations, then `workbench resume
+    --address` on the same cluster; what the drill must leave (``drill_checks``), and how
+    many trials went on from a checkpoint rather than from the start."""
+    from workbench.experiment.resolve import load_and_resolve
+
+    path = write_experiment(size, args, folder)
+    resolved = load_and_resolve(path)
+    planned(resolved, cluster.address, None)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
+    workbench = str(Path(sys.executable).parent / "workbench")
+    log = folder / f"drill{size}.log"
+    after = args.iterations // 3
+    started = time.monotonic()
+    with log.open("w") as sink:
+        driver = subprocess.Popen(
+            [workbench, "run", str(path), "--address", cluster.address],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=path.parent,
+        )
+    try:
+        while True:
+            rows = read_trials(resolved.results_dir) if resolved.results_dir.is_dir() else {}
+            if len(rows) == size and min(len(r) for r in rows.values()) >= after:
+                break
+            if driver.poll() is not None:
+                raise SystemExit(f"the driver ended before the kill: see {log}")
+            time.sleep(0.5)
+        killed_at = time.monotonic() - started
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    before = {name: len(r) for name, r in read_trials(resolved.results_dir).items()}
+    resume_started = time.monotonic()
+    resumed = subprocess.run(
+        [workbench, "resume", str(resolved.results_dir), "--address", cluster.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=path.parent,
+    )
+    if resumed.returncode != 0:
+        raise SystemExit(f"resume failed ({resumed.returncode}): {resumed.stderr[-2000:]}")
+    trials = read_trials(resolved.results_dir)
+    restored = sum(
+        1
+        for name, rows in trials.items()
+        if before.get(name, 0) < args.iterations
+        and len(rows) > before.get(name, 0)
+        and rows[before[name]].get("iterations_since_restore") == 1
+        and rows[before[name]]["training_iteration"] > 1
+    )
+    return {
+        "size": size,
+        "driver_drill": {
+            "killed_s": killed_at,
+            "results_at_kill": sum(before.values()),
+            "resume_s": time.monotonic() - resume_started,
+            "training_at_kill": sum(n < args.iterations for n in before.values()),
+            "restored_from_checkpoint": restored,
+            **drill_checks(resolved, args.iterations),
+        },
+    }
+
+
+def report(every: list[dict[str, Any]]) -> None:
+    rows = [f for f in every if "wall_s" in f]  # the timed sizes (not the driver drill's)
     print(
         "\n| trials | fit s | env steps/s | outside train() | before first | between "
         "| after last | trial RSS MB median [max] | RSS sum GB | trial processes per node |"
@@ -446,7 +527,9 @@ def report(rows: list[dict[str, Any]]) -> None:
         )
     print(
         "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
-        "Ray placed them (its placement group table, at the moment the most groups existed)"
+        "Ray placed them (its placement group table, at the moment the most groups existed; "
+        "Ray breaks ties between equally free nodes in its own order, so the counts a node "
+        "are compared, not the names)"
     )
     for f in rows:
         place = f["placement"]
@@ -455,7 +538,8 @@ def report(rows: list[dict[str, Any]]) -> None:
         print(
             f"population {f['size']}: plan {planned} ({place['planned_across_nodes']} trials "
             f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
-            f"{place['ray_across_nodes']} across nodes)"
+            f"{place['ray_across_nodes']} across nodes); "
+            f"{'the same' if place.get('same_counts') else 'not the same'} counts a node"
         )
     forecasts = [f for f in rows if "forecast" in f]
     if forecasts:
@@ -464,16 +548,20 @@ def report(rows: list[dict[str, Any]]) -> None:
             "trials' train() results over fit(); error: forecast / measured - 1)"
         )
         print(
-            "| trials | results/s forecast | measured | error | outside train() forecast "
-            "| measured | error | forecast bound |"
+            "| trials | train() calls forecast | measured | results/s forecast | measured "
+            "| error | outside train() forecast | measured | error | before the first result "
+            "forecast | measured | forecast bound |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for f in forecasts:
             fc, rate = f["forecast"], f["results"] / f["wall_s"]
+            before = f.get("outside_before", float("nan"))
             print(
-                f"| {f['size']} | {fc['results_per_s']:.2f} | {rate:.2f} "
+                f"| {f['size']} | {fc.get('results', float('nan')):.0f} | {f['results']} "
+                f"| {fc['results_per_s']:.2f} | {rate:.2f} "
                 f"| {100 * (fc['results_per_s'] / rate - 1):+.0f}% | {100 * fc['outside']:.1f}% "
                 f"| {100 * f['outside']:.1f}% | {100 * (fc['outside'] / f['outside'] - 1):+.0f}% "
+                f"| {100 * fc.get('before', float('nan')):.1f}% | {100 * before:.1f}% "
                 f"| {fc['bound']} |"
             )
         first = forecasts[0]["forecast"]
@@ -481,6 +569,19 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"forecast inputs: one train() ~{first['iteration_cpu_s']:.3g} CPU s (the probe, "
             f"averaged over the search space), {first['cores']:g} cores shared by the nodes"
         )
+    for f in every:
+        if "driver_drill" in f:
+            d = f["driver_drill"]
+            print(
+                f"population {f['size']}: the driver SIGKILLed {d['killed_s']:.0f} s into the "
+                f"run ({d['results_at_kill']} results, {d['training_at_kill']} trials "
+                f"training); `workbench resume --address` took {d['resume_s']:.0f} s; "
+                f"{d['restored_from_checkpoint']} of them went on from a checkpoint; "
+                f"{d['finished']} of {f['size']} reached their stop rule; MLflow "
+                f"{d['mlflow_runs']} trial runs, {d['mlflow_finished']} FINISHED, gaps in "
+                f"{d['mlflow_gaps'] or 'none'}; lineage {d['lineage_records']} records, "
+                f"problems: {d['lineage_problems'] or 'none'}"
+            )
     for f in rows:
         if "lost" in f:
             lost = f["lost"]
@@ -494,43 +595,62 @@ def report(rows: list[dict[str, Any]]) -> None:
             )
 
 
-def calibration(
-    rows: list[dict[str, Any]], costs: Any, iterations: int, start: float
-) -> dict[str, float]:
-    """The constants of workbench/plan/population.py from these runs (the whole population
-    at once), with ``costs`` the probe's train() costs and ``start`` a trial process's
-    start measured apart (``start_cpu_s``):
+def calibration(rows: list[dict[str, Any]], costs: Any) -> dict[str, float]:
+    """The constants of workbench/plan/population.py from these runs (each population
+    placed at once), with ``costs`` the probe's train() costs:
 
-    * the driver's per result: its process's CPU over the run a result, averaged;
-    * the rest per result: the figure that makes the model's wall time the measured one,
-      solved at each size, then a fixed part and a part per trial through the smallest and
-      the largest size.
+    * the driver's per result: its process's CPU over the runs a result, averaged;
+    * a process's start and a result's wait outside train(): the pair, on a grid, whose
+      simulated runs come nearest the measured results per second, share outside
+      train() and share before the first result (the largest relative error of those,
+      over the runs, as small as it can be).
     """
-    from workbench.plan.population import Constants, forecast, with_constants
+    from workbench.plan.population import Constants, exploits_of, forecast, with_constants
 
     cores = rows[0]["forecast"]["cores"]
     driver = statistics.mean(f["driver_cpu_s"] / max(f["results"], 1) for f in rows)
+    exploits = exploits_of(_scheduler())
 
-    def wall(f: dict[str, Any], rest: float) -> float:
+    def error(start: float, rest: float) -> float:
         model = with_constants(costs, Constants(start, rest, 0.0, driver))
-        size = f["size"]
-        return forecast(model, trials=size, at_once=size, cores=cores, iterations=iterations).wall_s
+        worst = 0.0
+        for f in rows:
+            size = f["size"]
+            fc = forecast(
+                model,
+                trials=size,
+                at_once=size,
+                cores=cores,
+                iterations=f.get("iterations", 40),
+                exploits=exploits,
+            )
+            for model_figure, measured in (
+                (fc.iterations_per_s, f["results"] / f["wall_s"]),
+                (fc.outside, f["outside"]),
+                (fc.before, f["outside_before"]),
+            ):
+                worst = max(worst, abs(model_figure / measured - 1))
+        return worst
 
-    rests = []
-    for f in rows:
-        low, high = 0.0, 10.0
-        for _ in range(50):
-            mid = (low + high) / 2
-            low, high = (mid, high) if wall(f, mid) < f["wall_s"] else (low, mid)
-        rests.append((f["size"], (low + high) / 2))
-    (n0, r0), (n1, r1) = rests[0], rests[-1]
-    slope = (r1 - r0) / (n1 - n0) if n1 != n0 else 0.0
+    grid = [(s / 2, r / 10) for s in range(4, 41) for r in range(0, 21)]
+    start, rest = min(grid, key=lambda pair: error(*pair))
     return {
         "start_s": start,
-        "result_s": r0 - slope * n0,
-        "result_s_per_trial": slope,
+        "result_s": rest,
+        "result_s_per_trial": 0.0,
         "driver_s": driver,
+        "largest_error": error(start, rest),
     }
+
+
+def _scheduler() -> Any:
+    """The experiment's scheduler section, as the schema reads it."""
+    from pydantic import TypeAdapter
+
+    from workbench.experiment.schema import SchedulerSection
+
+    section = yaml.safe_load(EXPERIMENT.read_text())["scheduler"]
+    return TypeAdapter(SchedulerSection).validate_python(section)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,6 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=40, help="per trial")
     parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
     parser.add_argument("--cpus-per-node", type=float, default=2.0)
+    parser.add_argument(
+        "--memory-gb-per-node",
+        type=float,
+        default=4.5,
+        help="memory a node declares (0: `make cluster-up`'s share of what is free at start, "
+        "which holds 28 trials of 0.5 GB rather than 32 when less than 22.9 GiB is free)",
+    )
     parser.add_argument(
         "--env-runners",
         type=int,
@@ -552,12 +679,24 @@ def main(argv: list[str] | None = None) -> int:
         help="kill the last node's raylet once every trial has a third of its iterations",
     )
     parser.add_argument(
+        "--kill-driver",
+        action="store_true",
+        help="instead of timing each size: SIGKILL `workbench run --address` once every "
+        "trial has a third of its iterations, then `workbench resume --address`",
+    )
+    parser.add_argument(
         "--no-forecast", action="store_true", help="skip the plan's probe and forecast"
     )
     parser.add_argument(
         "--calibrate",
         action="store_true",
         help="also print the constants of workbench/plan/population.py these runs give",
+    )
+    parser.add_argument(
+        "--with-runs",
+        nargs="*",
+        default=[],
+        help="with --calibrate: also fit to these earlier runs (files --json wrote)",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
@@ -580,27 +719,36 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     cluster = LocalCluster(
-        cpus=[args.cpus_per_node] * args.nodes, ray=str(Path(sys.executable).parent / "ray")
+        cpus=[args.cpus_per_node] * args.nodes,
+        memory_gb=[args.memory_gb_per_node] * args.nodes if args.memory_gb_per_node else None,
+        ray=str(Path(sys.executable).parent / "ray"),
     )
     folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
     rows: list[dict[str, Any]] = []
-    rate, costs = (None, None) if args.no_forecast else probe(args, folder)
+    skip_probe = args.no_forecast or args.kill_driver
+    rate, costs = (None, None) if skip_probe else probe(args, folder)
     try:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for size in sizes:
             started = time.monotonic()
-            rows.append(run_size(size, args, cluster, folder, rate))
+            if args.kill_driver:
+                rows.append(driver_drill(size, args, cluster, folder))
+            else:
+                rows.append(run_size(size, args, cluster, folder, rate))
             print(f"population {size}: done in {time.monotonic() - started:.0f} s", flush=True)
     finally:
         ray.shutdown()
         left = cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
     report(rows)
-    if args.calibrate and costs is not None and all("outside_before" in f for f in rows):
-        start = start_cpu_s(args, folder)
-        constants = calibration(rows, costs, args.iterations, start)
-        print("\ncalibration, workbench/plan/population.py's Constants:")
+    if args.calibrate and costs is not None:
+        runs = [f for f in rows if "outside_before" in f]
+        for extra in args.with_runs:
+            runs += [f for f in json.loads(Path(extra).read_text()) if "outside_before" in f]
+        print(f"\na trial process started alone: {start_cpu_s(args, folder):.3g} CPU s")
+        constants = calibration(runs, costs)
+        print(f"\ncalibration on {len(runs)} runs, workbench/plan/population.py's Constants:")
         for name, value in constants.items():
             print(f"  {name} = {value:.4g}")
     if left:

@@ -330,6 +330,7 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     place = row["placement"]
     assert place["ray_groups"] == 4 and sum(place["ray"].values()) == 8
     assert sum(place["planned"].values()) == 8 and set(place["ray"]) == {"node_0", "node_1"}
+    assert place["same_counts"]
     # The plan's forecast beside the measurement.
     forecast = row["forecast"]
     assert forecast["results_per_s"] > 0 and 0 < forecast["outside"] < 1

@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,12 +20,19 @@ from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
     TrialCosts,
-    _processor_sharing,
+    exploits_of,
     forecast,
     iteration_costs,
     iterations_of,
 )
-from workbench.plan.resources import cluster_from_ray_nodes
+from workbench.plan.resources import (
+    Bundle,
+    TrialRequest,
+    cluster_from_ray_nodes,
+    concurrent_trials,
+    ray_place,
+)
+from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
 
 HALF_CPU: dict[str, Any] = {"cpus_main": 0.5, "cpus_per_learner": 0}
@@ -44,29 +53,35 @@ def costs(iteration: float = 0.5, **changes: Any) -> TrialCosts:
 
 
 def own_share(c: TrialCosts, iterations: int) -> float:
-    """The share of a trial's own time (a core to itself) outside train()."""
-    own = c.start_s + iterations * (c.iteration_wall_s + c.result_s + c.driver_s)
+    """The share of a lone trial's time (a core to itself) outside train(): its start,
+    the driver's work on each result, its wait after each but the last."""
+    own = c.start_s + iterations * (c.iteration_wall_s + c.driver_s) + (iterations - 1) * c.result_s
     return 1 - iterations * c.iteration_wall_s / own
 
 
 def test_with_cores_to_spare_a_trial_takes_its_own_time() -> None:
     c = costs()
-    result = forecast(c, trials=4, at_once=4, cores=64, iterations=40)
+    result = forecast(c, trials=1, at_once=1, cores=64, iterations=40)
     assert result.bound == "each trial's own time"
-    assert result.wall_s == pytest.approx(8.0 + 40 * 0.65)
+    assert result.wall_s == pytest.approx(8.0 + 40 * 0.6 + 39 * 0.05)
     assert result.outside == pytest.approx(own_share(c, 40))
-    assert result.iterations_per_s == pytest.approx(160 / result.wall_s)
+    assert result.before == pytest.approx(8.0 / result.wall_s)
+    assert result.results == 40 and result.iterations_per_s == pytest.approx(40 / result.wall_s)
 
 
-def test_on_shared_cores_everything_stretches_and_the_share_outside_stays_the_trials_own() -> None:
-    c = costs()
+def test_on_shared_cores_everything_stretches() -> None:
+    c = costs(result_s=0.0, driver_s=0.0)
     result = forecast(c, trials=32, at_once=32, cores=2, iterations=40)
     assert result.bound == "the cores"
-    work = 32 * (8.0 + 40 * (0.5 + 0.05 + 0.1))
-    assert result.wall_s == pytest.approx(work / 2)
-    assert result.outside == pytest.approx(own_share(c, 40))
+    assert result.wall_s == pytest.approx(32 * (8.0 + 40 * 0.5) / 2)
     # A trial with more processes starts each of them: more work, the same own time.
-    runners = forecast(costs(processes=3), trials=32, at_once=32, cores=2, iterations=40)
+    runners = forecast(
+        costs(processes=3, result_s=0.0, driver_s=0.0),
+        trials=32,
+        at_once=32,
+        cores=2,
+        iterations=40,
+    )
     assert runners.wall_s == pytest.approx(result.wall_s + 32 * 2 * 8.0 / 2)
 
 
@@ -74,33 +89,70 @@ def test_a_driver_slower_than_the_trials_sets_the_pace_and_they_wait_on_it() -> 
     c = costs(0.05, driver_s=0.6)
     result = forecast(c, trials=32, at_once=32, cores=64, iterations=40)
     assert result.bound == "the driver"
-    assert result.wall_s == pytest.approx(32 * 40 * 0.6)
+    assert result.wall_s == pytest.approx(32 * 40 * 0.6, rel=0.02)
     assert result.outside > own_share(c, 40)
 
 
-def test_a_population_larger_than_its_slots_runs_in_waves() -> None:
-    c = costs()
+def test_the_driver_takes_a_core_before_the_trials() -> None:
+    # Ray starts its workers at niceness 15: on one core, a trial's train() waits while
+    # the driver handles the other trial's result.
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=1.0)
+    one = simulate(sim, [(1.0, 1.0)], at_once=1, cores=1, iterations=1, exploits=None)
+    assert one.wall_s == pytest.approx(2.0) and one.driver_busy == pytest.approx(0.5)
+    two = simulate(sim, [(1.0, 1.0)] * 2, at_once=2, cores=1, iterations=2, exploits=None)
+    # Together at half speed to 2 s; the driver then holds the core for each result
+    # (2-4 s), and the trials share it again while it has none (4-6 s).
+    assert two.wall_s == pytest.approx(8.0)
+    assert two.results == 4 and two.cores_busy == pytest.approx(1.0)
+
+
+def test_a_population_larger_than_its_slots_takes_the_next_trial_as_one_ends() -> None:
+    c = costs(result_s=0.0, driver_s=0.0)
     one = forecast(c, trials=4, at_once=4, cores=4, iterations=10)
     three = forecast(c, trials=10, at_once=4, cores=4, iterations=10)
-    half = forecast(c, trials=2, at_once=2, cores=4, iterations=10)
-    assert three.wall_s == pytest.approx(2 * one.wall_s + half.wall_s)
+    assert three.wall_s == pytest.approx(3 * one.wall_s)
     assert three.iterations_per_s == pytest.approx(100 / three.wall_s)
 
 
 def test_trials_that_draw_dearer_iterations_finish_last_and_the_others_wait_for_them() -> None:
     # Two jobs of 10 and 20 s on one core: together at half speed until the first is done
     # at 20 s, then the second alone for its last 10 s.
-    assert _processor_sharing([10.0, 20.0], [10.0, 20.0], 1.0) == pytest.approx([20.0, 30.0])
-    # On two cores each has its own.
-    assert _processor_sharing([10.0, 20.0], [10.0, 20.0], 2.0) == pytest.approx([10.0, 20.0])
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    run = simulate(
+        sim, [(10.0, 10.0), (20.0, 20.0)], at_once=2, cores=1, iterations=1, exploits=None
+    )
+    assert run.wall_s == pytest.approx(30.0) and run.train_s == pytest.approx(50.0)
     alike = costs(0.5)
     spread = costs(0.5, iterations=((0.1, 0.1), (0.9, 0.9)))
     assert spread.iteration_cpu_s == alike.iteration_cpu_s
     a = forecast(alike, trials=2, at_once=2, cores=4, iterations=40)
     b = forecast(spread, trials=2, at_once=2, cores=4, iterations=40)
-    # The slower trial sets the wave's end; the faster one's slot is idle after its last
-    # result, so more of the slot time is outside train().
+    # The slower trial sets the end; the faster one's slot is idle after its last result,
+    # so more of the slot time is outside train().
     assert b.wall_s > a.wall_s and b.outside > a.outside
+
+
+def test_pbt_clones_skip_iterations_and_the_population_drifts_to_the_fast_trials() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    fast, slow = (0.1, 0.1), (1.0, 1.0)
+    pbt = Exploits(interval=4, quantile=0.25)
+    alone = simulate(
+        sim, [fast, slow, slow, slow], at_once=4, cores=4, iterations=40, exploits=None
+    )
+    assert alone.results == 160 and alone.wall_s == pytest.approx(40.0)
+    run = simulate(sim, [fast, slow, slow, slow], at_once=4, cores=4, iterations=40, exploits=pbt)
+    # Each slow trial, last at its decisions, restarts from the fast one's checkpoint
+    # and takes its hyperparameters: fewer train() calls, and cheaper ones.
+    assert run.results < 160 and run.wall_s < alone.wall_s / 2
+    # Trials in step tie at every decision: a tie is no evidence, nobody is cloned.
+    alike = simulate(sim, [slow] * 4, at_once=4, cores=4, iterations=40, exploits=pbt)
+    assert alike.results == 160
+    # The plan reads the rule from the experiment's scheduler section.
+    assert exploits_of(SimpleNamespace(type="asha")) is None
+    section = SimpleNamespace(
+        type="pbt", perturbation_interval=4, quantile_fraction=0.25, burn_in_period=0
+    )
+    assert exploits_of(section) == pbt
 
 
 def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(
@@ -179,6 +231,35 @@ def test_plan_says_how_many_bundles_each_node_holds_and_which_trials_span_nodes(
     # Half-CPU trials pack: each on one node.
     packed = make_plan(resolved(tmp_path, HALF_CPU, population=8), cluster("cpus=2,nodes=2"))
     assert packed.spanning == 0 and packed.bundles_per_node() == {"node 1": 4, "node 2": 4}
+
+
+def test_the_plan_places_groups_where_ray_does() -> None:
+    # Ray's scorer sends each group to the emptiest node: six one-CPU trials on four
+    # 2-CPU nodes go 2/2/1/1 (Ray placed them so at population 6), not 2/2/2/0.
+    one_cpu = TrialRequest((Bundle("main process", {"CPU": 1.0}),), "PACK")
+    fit = concurrent_trials(one_cpu, cluster("cpus=2,nodes=4"), 6)
+    assert [len(set(where)) for where in fit.placements] == [1] * 6
+    assert sorted(Counter(w[0] for w in fit.placements).values()) == [1, 1, 2, 2]
+    # PACK fills the chosen node with the group's later bundles before it takes another.
+    runners = TrialRequest(
+        (
+            Bundle("main process", {"CPU": 0.5}),
+            *[Bundle(f"env runner {i}", {"CPU": 1.0}) for i in (1, 2)],
+        ),
+        "PACK",
+    )
+    free = [{"CPU": 2.0}, {"CPU": 3.0}]
+    assert ray_place(runners, free) == [1, 1, 1]
+    assert ray_place(runners, [{"CPU": 2.0}, {"CPU": 1.5}]) == [1, 0, 0]
+    # SPREAD takes a node not used yet while one fits; STRICT_SPREAD only those.
+    spread = TrialRequest(runners.bundles, "SPREAD")
+    assert sorted(ray_place(spread, [{"CPU": 4.0}] * 2) or []) == [0, 0, 1]
+    assert ray_place(TrialRequest(runners.bundles, "STRICT_SPREAD"), [{"CPU": 4.0}] * 2) is None
+    # A GPU bundle goes first, to the node with the GPU.
+    gpu = TrialRequest(
+        (Bundle("main process", {"CPU": 1.0}), Bundle("learner 1", {"GPU": 1.0})), "PACK"
+    )
+    assert ray_place(gpu, [{"CPU": 8.0}, {"CPU": 2.0, "GPU": 1.0}]) == [1, 1]
 
 
 def test_the_probe_separates_the_cost_per_sample_from_the_cost_per_minibatch() -> None:

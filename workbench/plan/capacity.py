@@ -24,7 +24,14 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.search_checks import grid_points
-from workbench.plan.population import Forecast, forecast, forecast_lines, iterations_of, trial_costs
+from workbench.plan.population import (
+    Forecast,
+    exploits_of,
+    forecast,
+    forecast_lines,
+    iterations_of,
+    trial_costs,
+)
 from workbench.plan.resources import (
     Cluster,
     MemoryFit,
@@ -224,8 +231,10 @@ class Plan:
                 "iterations_per_trial": self.forecast.iterations,
                 "cores": self.forecast.cores,
                 "wall_s": self.forecast.wall_s,
+                "train_calls": self.forecast.results,
                 "iterations_per_s": self.forecast.iterations_per_s,
                 "outside_train": self.forecast.outside,
+                "before_first_result": self.forecast.before,
                 "bound": self.forecast.bound,
                 "iteration_cpu_s": self.forecast.costs.iteration_cpu_s,
                 "source": self.forecast.costs.source,
@@ -415,7 +424,12 @@ def forecast_population(
         return None
     iterations = iterations_of(exp, float(config.train_batch_size_per_learner))
     return forecast(
-        costs, trials=trials, at_once=at_once, cores=cluster.cores, iterations=iterations
+        costs,
+        trials=trials,
+        at_once=at_once,
+        cores=cluster.cores,
+        iterations=iterations,
+        exploits=exploits_of(exp.scheduler),
     )
 
 

@@ -1,24 +1,25 @@
-"""A population's pace before it runs: iterations per second and the share of its trials'
-time outside ``train()``, forecast from one trial's costs and the cores the trials share.
+"""A population's pace before it runs: its train() calls, iterations per second and the
+share of its trials' time outside ``train()``, forecast from one trial's costs and the cores
+the trials share.
 
-The model (docs/resources.md, "The population forecast") counts CPU seconds. A trial costs
-``start`` per process before its first result (each process imports torch and RLlib and
-builds its part of the algorithm), ``iteration`` per ``train()`` (sampling and learning),
-``result`` per result outside ``train()`` (Tune's reporting, checkpoints, the restores of
-exploits, Ray's daemons serving the call: it grows with the trials at once), and the driver
-spends ``driver`` per result (Tune's loop, the callbacks, MLflow) while the trial waits for
-its next ``train()``.
+The model (docs/resources.md, "The population forecast") simulates the run result by result
+(``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
+import torch and RLlib and build their part of the algorithm), then it loops: ``train()``
+(sampling and learning, at the cost its drawn hyperparameters give), the driver handles the
+result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its workers at
+niceness 15), and the trial waits ``result`` seconds that no core sets (Tune's loop, the
+checkpoint's I/O, Ray's calls) before its next ``train()``. The trials share what the driver
+leaves of the cores equally, none faster than its own time with a core per process.
 
-The trials of a wave differ: each draws its hyperparameters, and ``num_epochs`` or
-``minibatch_size`` can make one ``train()`` ten times another's. The wave's ``n`` trials take
-``n`` evenly spaced quantiles of the iteration's cost over the searched distribution, and
-share the ``P`` cores equally (processor sharing: ``P`` cores among the running trials' work,
-none faster than its own time with a core per process); a trial that finishes early hands
-its share to the others, and the wave ends with the slowest. The driver does every result's
-work on one core, so a wave lasts at least ``n x iterations x driver``. Within a trial's
-time, ``train()`` takes the share its own costs give it.
+The trials differ: each draws its hyperparameters, and ``num_epochs`` or ``minibatch_size``
+can make one ``train()`` ten times another's. The population's ``n`` trials take ``n``
+evenly spaced quantiles of the iteration's cost over the searched distribution, in several
+orders, and the forecast is the mean of those runs. Under PBT or PB2 the simulated trials
+decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained: a trial
+behind restarts from a leader's checkpoint, skipping iterations and taking the leader's
+cost.
 
-The constants were measured on this machine with ``benchmarks/population_scale.py
+The constants were fitted on this machine with ``benchmarks/population_scale.py
 --calibrate`` on populations of 6 and 12 (the sizes it does not report on; docs/benchmarks/
 population-scale.md); the iteration's cost comes from the plan's throughput figures
 (documented rates, or ``--probe``'s measurement)."""
@@ -26,26 +27,31 @@ population-scale.md); the iteration's cost comes from the plan's throughput figu
 from __future__ import annotations
 
 import math
+import random
+import statistics
 import zlib
 from dataclasses import dataclass, replace
 from typing import Any
 
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import SearchSpace
+from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
 
 
 @dataclass(frozen=True)
 class Constants:
-    """CPU seconds measured here (see the module's docstring)."""
+    """Seconds fitted here (see the module's docstring)."""
 
-    # One trial process from its placement to its first train().
-    start_s: float = 5.3
-    # Per result outside train() and the driver: a fixed part and a part per trial at once
-    # (Ray's daemons serve every trial; never below 0 in all).
-    result_s: float = 0.0
-    result_s_per_trial: float = 0.006
-    # The driver per result.
+    # A trial process's start, in CPU seconds, placed among the others of its population
+    # (alone, a fresh process takes about 5: Ray's actor, the trial's setup and the
+    # others starting beside it make up the rest).
+    start_s: float = 14.0
+    # A result's wait outside train() that the cores do not set (Tune's loop, the
+    # checkpoint's I/O, Ray's calls): a fixed part and a part per trial at once.
+    result_s: float = 0.6
+    result_s_per_trial: float = 0.0
+    # The driver's CPU per result.
     driver_s: float = 0.12
 
 
@@ -54,6 +60,12 @@ MEASURED = Constants()
 # Draws from the search space's initial distribution for the iteration's cost.
 _DRAWS = 2000
 _DEFAULT_ITERATIONS = 100
+# Simulated runs a forecast averages (fewer for large populations: at most about this
+# many results simulated in all), and the busy share of the driver or of the cores above
+# which it is what sets the pace.
+_ROUNDS = 8
+_RESULTS_SIMULATED = 200_000
+_BOUND = 0.9
 
 
 @dataclass(frozen=True)
@@ -95,14 +107,16 @@ class Forecast:
     cores: float
     iterations: int  # per trial
     iterations_given: bool  # False: no stop rule in iterations; a nominal count
+    results: float  # train() calls in all (PBT's clones skip some)
     wall_s: float
     outside: float  # share of the trials' slot time outside train()
+    before: float  # the part of it before the trials' first train()
     bound: str  # what sets the pace of the (first) wave
     costs: TrialCosts
 
     @property
     def iterations_per_s(self) -> float:
-        return self.trials * self.iterations / self.wall_s if self.wall_s > 0 else 0.0
+        return self.results / self.wall_s if self.wall_s > 0 else 0.0
 
 
 def iteration_costs(
@@ -188,6 +202,18 @@ def iterations_of(exp: Experiment, batch: float) -> int | None:
     return min(counts) if counts else None
 
 
+def exploits_of(section: Any) -> Exploits | None:
+    """PBT's or PB2's decision rule from an experiment's scheduler section, for the
+    simulated runs (None: no exploits)."""
+    if section.type not in ("pbt", "pb2"):
+        return None
+    return Exploits(
+        interval=int(section.perturbation_interval),
+        quantile=float(section.quantile_fraction),
+        burn_in=int(section.burn_in_period),
+    )
+
+
 def forecast(
     costs: TrialCosts,
     *,
@@ -195,75 +221,58 @@ def forecast(
     at_once: int,
     cores: float,
     iterations: int | None,
+    exploits: Exploits | None = None,
 ) -> Forecast:
-    """The population's wall time and share outside train(), wave by wave."""
+    """The population's wall time, train() calls and share outside train(): the mean of
+    simulated runs (``workbench.plan.simulate``) over orders of the trials' draws."""
     count = iterations or _DEFAULT_ITERATIONS
-    waves = [at_once] * (trials // at_once) + ([trials % at_once] if trials % at_once else [])
-    wall = slot = in_train = 0.0
-    first_bound = ""
-    for n in waves:
-        seconds, bound, train = _wave(costs, n, cores, count)
-        first_bound = first_bound or bound
-        wall += seconds
-        slot += n * seconds
-        in_train += train
+    slots = min(at_once, trials)
+    sim_costs = Costs(
+        processes=costs.processes,
+        start_s=costs.start_s,
+        rest_s=costs.per_result_s(slots),
+        driver_s=costs.driver_s,
+    )
+    draws = costs.quantiles(trials)
+    rounds = max(1, min(_ROUNDS, _RESULTS_SIMULATED // max(trials * count, 1)))
+    runs = []
+    for seed in range(rounds):
+        order = list(draws)
+        random.Random(seed).shuffle(order)
+        runs.append(
+            simulate(
+                sim_costs,
+                order,
+                at_once=at_once,
+                cores=cores,
+                iterations=count,
+                exploits=exploits,
+                seed=seed,
+            )
+        )
+    wall = statistics.fmean(r.wall_s for r in runs)
+    train = statistics.fmean(r.train_s for r in runs)
+    driver = statistics.fmean(r.driver_busy for r in runs)
+    busy = statistics.fmean(r.cores_busy for r in runs)
+    if driver >= _BOUND:
+        bound = "the driver"
+    elif busy >= _BOUND:
+        bound = "the cores"
+    else:
+        bound = "each trial's own time"
     return Forecast(
         trials=trials,
         at_once=at_once,
         cores=cores,
         iterations=count,
         iterations_given=iterations is not None,
+        results=statistics.fmean(r.results for r in runs),
         wall_s=wall,
-        outside=max(0.0, 1.0 - in_train / slot) if slot else 0.0,
-        bound=first_bound,
+        outside=max(0.0, 1.0 - train / (slots * wall)) if wall else 0.0,
+        before=statistics.fmean(r.before_s for r in runs) / (slots * wall) if wall else 0.0,
+        bound=bound,
         costs=costs,
     )
-
-
-def _wave(costs: TrialCosts, n: int, cores: float, iterations: int) -> tuple[float, str, float]:
-    """(seconds, what bounds it, the n trials' seconds in train()) for n trials at once."""
-    per_result = costs.per_result_s(n) + costs.driver_s
-    trials = costs.quantiles(n)
-    own, work = [], []
-    for cpu, wall in trials:
-        own.append(costs.start_s + iterations * (wall + per_result))
-        work.append(costs.processes * costs.start_s + iterations * (cpu + per_result))
-    finish = _processor_sharing(own, work, cores)
-    shared = max(finish)
-    on_driver = n * iterations * costs.driver_s
-    seconds = max(shared, on_driver)
-    if on_driver > shared:
-        bound = "the driver"
-    elif sum(w / o for w, o in zip(work, own, strict=True)) > cores:
-        bound = "the cores"
-    else:
-        bound = "each trial's own time"
-    # Waiting on the driver adds to the wave's time, outside train().
-    in_train = sum(
-        iterations * wall / o * f for (_, wall), o, f in zip(trials, own, finish, strict=True)
-    )
-    return seconds, bound, in_train
-
-
-def _processor_sharing(own: list[float], work: list[float], cores: float) -> list[float]:
-    """When each job finishes: job i needs ``own[i]`` seconds at full speed, using
-    ``work[i] / own[i]`` cores meanwhile; the running jobs slow down alike when together
-    they want more than ``cores``."""
-    left = list(own)
-    width = [w / o if o > 0 else 1.0 for w, o in zip(work, own, strict=True)]
-    finish = [0.0] * len(own)
-    running = set(range(len(own)))
-    now = 0.0
-    while running:
-        speed = min(1.0, cores / sum(width[i] for i in running))
-        step = min(left[i] for i in running) / speed
-        now += step
-        for i in list(running):
-            left[i] -= step * speed
-            if left[i] <= 1e-9:
-                finish[i] = now
-                running.discard(i)
-    return finish
 
 
 def forecast_lines(result: Forecast) -> list[str]:
@@ -271,14 +280,22 @@ def forecast_lines(result: Forecast) -> list[str]:
     c = result.costs
     per = "" if result.iterations_given else f" (no stop in iterations: {result.iterations} shown)"
     cheap, dear = c.iterations[len(c.iterations) // 10], c.iterations[-len(c.iterations) // 10]
+    nominal = result.trials * result.iterations
+    skipped = (
+        f" (PBT's exploits skip ~{100 * (1 - result.results / nominal):.0f}% of the "
+        f"{nominal} iterations: ~{result.results:.0f} train() calls)"
+        if result.results < 0.995 * nominal
+        else ""
+    )
     return [
         f"Population forecast ({c.source} for train(); the rest measured here, docs/resources.md):",
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)",
         f"  {result.trials} trials x {result.iterations} iterations{per}, {result.at_once} at "
         f"once on {result.cores:g} cores: ~{result.iterations_per_s:.3g} iterations/s, "
-        f"~{_minutes(result.wall_s)}; ~{100 * result.outside:.0f}% of the trials' time "
-        f"outside train(); the pace is set by {result.bound}",
+        f"~{_minutes(result.wall_s)}{skipped}; ~{100 * result.outside:.0f}% of the trials' "
+        f"time outside train(), ~{100 * result.before:.0f}% before their first; the pace is "
+        f"set by {result.bound}",
     ]
 
 

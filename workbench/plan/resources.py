@@ -29,6 +29,8 @@ Resources = dict[str, float]
 
 # Ray counts resources in fixed point with four decimals (0.0001 of a CPU or GPU).
 _UNIT = 10_000
+# Resources Ray defines; any other a bundle asks for is custom (a node label, an accelerator).
+_PREDEFINED = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 # Node entries that are not something a bundle asks for (shown nowhere, fitted anyway).
 _HIDDEN_PREFIXES = ("node:", "accelerator_type:")
 _HIDDEN = frozenset({"memory", "object_store_memory"})
@@ -275,6 +277,74 @@ def _take(free: dict[str, int], need: Mapping[str, int], sign: int = 1) -> None:
         free[k] = free.get(k, 0) - sign * v
 
 
+def _score(need: Mapping[str, int], free: Mapping[str, int]) -> float:
+    """Ray's LeastResourceScorer: -1 where the bundle does not fit, else the sum over the
+    resources it asks for of the share of the node's free amount left after it; the
+    emptiest node scores highest."""
+    if not _fits(need, free):
+        return -1.0
+    return sum((free[k] - v) / free[k] for k, v in need.items() if free.get(k, 0) > 0)
+
+
+def _priority(need: Mapping[str, int]) -> tuple[int, tuple[int, ...], int, int]:
+    """Ray places a group's bundles GPU first, then custom resources, memory, CPU."""
+    custom = tuple(v for k, v in sorted(need.items()) if k not in _PREDEFINED)
+    return (need.get("GPU", 0), custom, need.get("memory", 0), need.get("CPU", 0))
+
+
+def _best(need: Mapping[str, int], left: list[dict[str, int]], nodes: Iterable[int]) -> int:
+    """The node Ray's scorer picks (ties: the first; Ray breaks them in its own order)."""
+    best, best_score = -1, -1.0
+    for i in nodes:
+        score = _score(need, left[i])
+        if score > best_score:
+            best, best_score = i, score
+    return best
+
+
+def ray_place(request: TrialRequest, free: Sequence[Mapping[str, float]]) -> list[int] | None:
+    """The nodes Ray 2.60's bundle scheduling policies (GCS, greedy, no backtracking)
+    choose for this group on ``free``, or None where they would not place it now: each
+    bundle, most demanding first, goes to the node that would be left emptiest; PACK
+    then puts every later bundle that fits on that node before it takes the next one,
+    SPREAD takes a node not used yet while one fits, STRICT_PACK scores the group's
+    totals, STRICT_SPREAD uses each node once."""
+    need = [_units(b.resources) for b in request.bundles]
+    left = [_units(f) for f in free]
+    order = sorted(range(len(need)), key=lambda i: _priority(need[i]), reverse=True)
+    chosen: dict[int, int] = {}
+    strategy = request.strategy
+    if strategy == "STRICT_PACK":
+        node = _best(_units(request.totals), left, range(len(left)))
+        return None if node < 0 else [node] * len(need)
+    if strategy == "PACK":
+        candidates = list(range(len(left)))
+        todo = list(order)
+        while todo:
+            node = _best(need[todo[0]], left, candidates)
+            if node < 0:
+                return None
+            for b in list(todo):
+                if _fits(need[b], left[node]):
+                    _take(left[node], need[b])
+                    chosen[b] = node
+                    todo.remove(b)
+            candidates.remove(node)
+        return [chosen[i] for i in range(len(need))]
+    used: list[int] = []
+    for b in order:
+        node = _best(need[b], left, [i for i in range(len(left)) if i not in used])
+        if node < 0 and strategy == "SPREAD":
+            node = _best(need[b], left, used)
+        if node < 0:
+            return None
+        _take(left[node], need[b])
+        chosen[b] = node
+        if node not in used:
+            used.append(node)
+    return [chosen[i] for i in range(len(need))]
+
+
 def place(request: TrialRequest, free: Sequence[Mapping[str, float]]) -> list[int] | None:
     """A node index for every bundle such that the group fits ``free`` under the
     strategy, or None. Largest bundles first; PACK prefers nodes the group already uses,
@@ -359,7 +429,9 @@ def concurrent_trials(request: TrialRequest, cluster: Cluster, limit: int) -> Fi
     }
     placements: list[list[int]] = []
     while len(placements) < limit:
-        where = place(request, free)
+        # Where Ray would put it; where its greedy choice fails and a search finds room
+        # (rare: bundles of very different shapes), the search's placement.
+        where = ray_place(request, free) or place(request, free)
         if where is None:
             break
         for bundle, index in zip(request.bundles, where, strict=True):

@@ -1,0 +1,255 @@
+"""A population run, result by result, on shared cores: what the plan's forecast
+(``workbench.plan.population``) reads its wall time, its ``train()`` calls and the trials'
+time in ``train()`` from.
+
+Every piece of work is a job on the cores, and the cores are shared equally among the
+running jobs (processor sharing: no job runs faster than its own time, and all slow down
+alike when together they want more than the cores). A trial's processes start (each
+importing torch and RLlib and building its part of the algorithm); then it loops:
+``train()``, its result queues for the driver, which handles one result at a time on one
+core of the same cores, then the trial's own work outside ``train()`` for that result, and
+the next ``train()``. A trial that has its iterations ends and frees its slot for the next
+pending trial.
+
+Under PBT or PB2, a trial decides every ``interval`` of its own iterations (the rules of
+``workbench.tune_ext.pbt``): if it ranks in the lower quantile, it restarts from the
+checkpoint of a trial of the upper quantile that scores strictly better and whose last
+decision lies at least an interval past the trial's own last start, taking that
+iteration count and that trial's hyperparameters (so its cost of a ``train()``). The
+model cannot know the scores: it ranks trials by how far they have trained at their last
+decisions, as a population that is learning does. Those clones are the iterations a PBT
+population skips, and how its cost drifts toward the trials that run fastest.
+
+Each trial draws its ``train()`` cost from the searched hyperparameters; the forecast
+averages runs over several orders of those draws (which trial starts where is Ray's
+choice)."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Exploits:
+    """PBT's or PB2's decision rule (the experiment's scheduler section)."""
+
+    interval: int
+    quantile: float
+    burn_in: int = 0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """One trial's costs in seconds (the module's docstring)."""
+
+    processes: int
+    start_s: float  # own time of a process's start (all of a trial's start at once)
+    rest_s: float  # a result's wait outside train() that the cores do not set (I/O, Ray)
+    driver_s: float  # the driver's work a result
+
+
+@dataclass(frozen=True)
+class Outcome:
+    wall_s: float
+    results: float  # train() calls
+    train_s: float  # the trials' seconds in train()
+    slot_s: float  # slots held x wall
+    before_s: float  # the trials' seconds from their slot's start to their first train()
+    driver_busy: float  # the driver's share of the wall
+    cores_busy: float  # the cores' share of the wall used
+
+
+@dataclass
+class _Trial:
+    cost: tuple[float, float]  # (CPU s, own s) of one train()
+    done: int = 0  # training_iteration
+    start: int = 0  # iteration of its last restart from a clone
+    decided: int | None = None  # iteration of its last decision (its score)
+    calls: int = 0
+    train_s: float = 0.0
+    slot_at: float = 0.0  # when its slot was free for it
+    first_at: float | None = None  # when its first train() began
+
+
+# What ends when a job does: (what, the trial, when the job began).
+_Event = tuple[str, int, float]
+
+
+@dataclass
+class _Cores:
+    """The trials' jobs share what the driver leaves of the cores equally (each advances
+    its own time at ``speed``); the driver's job runs at full speed: Ray starts its
+    workers at niceness 15, and the driver and Ray's daemons take a core first."""
+
+    cores: float
+    now: float = 0.0
+    virtual: float = 0.0
+    width: float = 0.0
+    work_s: float = 0.0
+    heap: list[tuple[float, int, tuple[float, _Event]]] = field(default_factory=list)
+    count: int = 0
+    first: tuple[float, _Event] | None = None  # the driver's job: (when it ends, what)
+    waits: list[tuple[float, int, _Event]] = field(default_factory=list)  # no CPU
+
+    @property
+    def speed(self) -> float:
+        room = max(0.0, self.cores - (1.0 if self.first is not None else 0.0))
+        return min(1.0, room / self.width) if self.width > 0 else 1.0
+
+    def add(self, own_s: float, width: float, what: _Event) -> None:
+        self.count += 1
+        self.width += width
+        heapq.heappush(self.heap, (self.virtual + own_s, self.count, (width, what)))
+
+    def add_first(self, own_s: float, what: _Event) -> None:
+        assert self.first is None
+        self.first = (self.now + own_s, what)
+
+    def wait(self, seconds: float, what: _Event) -> None:
+        self.count += 1
+        heapq.heappush(self.waits, (self.now + seconds, self.count, what))
+
+    def busy(self) -> bool:
+        return bool(self.heap or self.waits) or self.first is not None
+
+    def next(self) -> _Event:
+        speed = self.speed
+        shared = (
+            self.now + (self.heap[0][0] - self.virtual) / speed
+            if self.heap and speed > 0
+            else math.inf
+        )
+        if self.waits and self.waits[0][0] <= min(
+            shared, self.first[0] if self.first is not None else math.inf
+        ):
+            ends, _, what = heapq.heappop(self.waits)
+            self._advance(ends - self.now, speed)
+            return what
+        if self.first is not None and self.first[0] <= shared:
+            ends, what = self.first
+            self._advance(ends - self.now, speed)
+            self.first = None
+            return what
+        finish, _, (width, what) = heapq.heappop(self.heap)
+        self._advance(shared - self.now, speed)
+        self.virtual = finish
+        self.width = max(0.0, self.width - width)
+        return what
+
+    def _advance(self, seconds: float, speed: float) -> None:
+        seconds = max(0.0, seconds)
+        self.virtual += seconds * speed
+        self.work_s += seconds * (speed * self.width + (1.0 if self.first is not None else 0.0))
+        self.now += seconds
+
+
+def simulate(
+    costs: Costs,
+    draws: list[tuple[float, float]],
+    *,
+    at_once: int,
+    cores: float,
+    iterations: int,
+    exploits: Exploits | None,
+    seed: int = 0,
+) -> Outcome:
+    """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
+    cost in the order given."""
+    rng = random.Random(seed)
+    trials = [_Trial(cost) for cost in draws]
+    pending = deque(range(len(trials)))
+    cpu = _Cores(cores)
+    driver: deque[int] = deque()  # the results the driver has, the first in hand
+    driver_s = 0.0
+    ranked: list[tuple[int, int]] = []  # (score, trial) of the trials that have decided
+
+    def launch() -> None:
+        i = pending.popleft()
+        trials[i].slot_at = cpu.now
+        cpu.add(costs.start_s, costs.processes, ("train", i, 0.0))
+
+    def train(i: int) -> None:
+        t = trials[i]
+        if t.first_at is None:
+            t.first_at = cpu.now
+        own = t.cost[1]
+        cpu.add(own, t.cost[0] / own if own > 0 else 1.0, ("trained", i, cpu.now))
+
+    def to_driver(i: int) -> None:
+        driver.append(i)
+        if len(driver) == 1:
+            cpu.add_first(costs.driver_s, ("handled", i, cpu.now))
+
+    def score(i: int, value: int) -> None:
+        old = trials[i].decided
+        if old is not None:
+            ranked.remove((old, i))
+        trials[i].decided = value
+        bisect.insort(ranked, (value, i))
+
+    def decide(i: int) -> None:
+        assert exploits is not None
+        t = trials[i]
+        last = t.decided if t.decided is not None else t.start
+        if t.done - last < exploits.interval or t.done <= exploits.burn_in:
+            return
+        score(i, t.done)
+        n = len(ranked)
+        k = math.ceil(n * exploits.quantile)
+        if k > n / 2:
+            k = n // 2
+        if k == 0 or (t.done, i) not in ranked[:k]:
+            return
+        donors = [
+            j for value, j in ranked[-k:] if value > t.done and value >= t.start + exploits.interval
+        ]
+        if not donors:
+            return
+        donor = trials[rng.choice(donors)]
+        assert donor.decided is not None
+        t.done = t.start = donor.decided
+        t.cost = donor.cost
+        score(i, donor.decided)
+
+    for _ in range(min(at_once, len(trials))):
+        launch()
+    while cpu.busy():
+        kind, i, since = cpu.next()
+        t = trials[i]
+        if kind == "handled":
+            driver_s += cpu.now - since
+            driver.popleft()
+            if driver:
+                cpu.add_first(costs.driver_s, ("handled", driver[0], cpu.now))
+        if kind == "train":
+            train(i)
+        elif kind == "trained":
+            t.done += 1
+            t.calls += 1
+            t.train_s += cpu.now - since
+            to_driver(i)
+        elif kind == "handled":
+            if exploits is not None:
+                decide(i)
+            if t.done >= iterations:
+                if pending:
+                    launch()
+            elif costs.rest_s > 0:
+                cpu.wait(costs.rest_s, ("train", i, 0.0))
+            else:
+                train(i)
+    wall = cpu.now
+    return Outcome(
+        wall_s=wall,
+        results=float(sum(t.calls for t in trials)),
+        train_s=sum(t.train_s for t in trials),
+        slot_s=min(at_once, len(trials)) * wall,
+        before_s=sum((t.first_at if t.first_at is not None else wall) - t.slot_at for t in trials),
+        driver_busy=driver_s / wall if wall else 0.0,
+        cores_busy=cpu.work_s / (cores * wall) if wall else 0.0,
+    )
