@@ -432,7 +432,7 @@ def run_size(
 
 def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path) -> Any:
     """The killed-driver drill at this size: `workbench run --address` as its own process,
-    SIGKILLed once every trial has a third of its iterations, then `workbench resume
+    SIGKILLed once every trial has reached a third of its iterations, then `workbench resume
     --address` on the same cluster; what the drill must leave (``drill_checks``), and how
     many trials went on from a checkpoint rather than from the start."""
     from workbench.experiment.resolve import load_and_resolve
@@ -447,7 +447,15 @@ def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, fol
     started = time.monotonic()
     with log.open("w") as sink:
         driver = subprocess.Popen(
-            [workbench, "run", str(path), "--address", cluster.address],
+            [
+                workbench,
+                "run",
+                str(path),
+                "--name",
+                resolved.experiment.name,
+                "--address",
+                cluster.address,
+            ],
             env=env,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -456,7 +464,9 @@ def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, fol
     try:
         while True:
             rows = read_trials(resolved.results_dir) if resolved.results_dir.is_dir() else {}
-            if len(rows) == size and min(len(r) for r in rows.values()) >= after:
+            # PBT's clones jump ahead: a trial's iteration, not its count of results.
+            reached = [r[-1]["training_iteration"] for r in rows.values() if r]
+            if len(reached) == size and min(reached) >= after:
                 break
             if driver.poll() is not None:
                 raise SystemExit(f"the driver ended before the kill: see {log}")
@@ -504,43 +514,46 @@ def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, fol
 
 def report(every: list[dict[str, Any]]) -> None:
     rows = [f for f in every if "wall_s" in f]  # the timed sizes (not the driver drill's)
-    print(
-        "\n| trials | fit s | env steps/s | outside train() | before first | between "
-        "| after last | trial RSS MB median [max] | RSS sum GB | trial processes per node |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for f in rows:
-        split = [100 * f.get(f"outside_{p}", float("nan")) for p in ("before", "between", "after")]
-        nodes = ", ".join(f"{k} {v}" for k, v in f["per_node"].items())
+    if rows:
         print(
-            f"| {f['size']} | {f['wall_s']:.0f} | {f['rate']:.0f} | {100 * f['outside']:.1f}% "
-            f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
-            f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] | {f['rss_sum_mb'] / 1024:.1f} "
-            f"| {nodes} |"
+            "\n| trials | fit s | env steps/s | outside train() | before first | between "
+            "| after last | trial RSS MB median [max] | RSS sum GB | trial processes per node |"
         )
-    for f in rows:
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for f in rows:
+            split = [
+                100 * f.get(f"outside_{p}", float("nan")) for p in ("before", "between", "after")
+            ]
+            nodes = ", ".join(f"{k} {v}" for k, v in f["per_node"].items())
+            print(
+                f"| {f['size']} | {f['wall_s']:.0f} | {f['rate']:.0f} | {100 * f['outside']:.1f}% "
+                f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
+                f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] "
+                f"| {f['rss_sum_mb'] / 1024:.1f} | {nodes} |"
+            )
+        for f in rows:
+            print(
+                f"population {f['size']}: the driver's process used {f['driver_cpu_s']:.0f} CPU s "
+                f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
+                f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
+                f"({f['results']} results)"
+            )
         print(
-            f"population {f['size']}: the driver's process used {f['driver_cpu_s']:.0f} CPU s "
-            f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
-            f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
-            f"({f['results']} results)"
+            "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
+            "Ray placed them (its placement group table, at the moment the most groups existed; "
+            "Ray breaks ties between equally free nodes in its own order, so the counts a node "
+            "are compared, not the names)"
         )
-    print(
-        "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
-        "Ray placed them (its placement group table, at the moment the most groups existed; "
-        "Ray breaks ties between equally free nodes in its own order, so the counts a node "
-        "are compared, not the names)"
-    )
-    for f in rows:
-        place = f["placement"]
-        planned = ", ".join(f"{k} {v}" for k, v in sorted(place["planned"].items()))
-        actual = ", ".join(f"{k} {v}" for k, v in place["ray"].items())
-        print(
-            f"population {f['size']}: plan {planned} ({place['planned_across_nodes']} trials "
-            f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
-            f"{place['ray_across_nodes']} across nodes); "
-            f"{'the same' if place.get('same_counts') else 'not the same'} counts a node"
-        )
+        for f in rows:
+            place = f["placement"]
+            planned = ", ".join(f"{k} {v}" for k, v in sorted(place["planned"].items()))
+            actual = ", ".join(f"{k} {v}" for k, v in place["ray"].items())
+            print(
+                f"population {f['size']}: plan {planned} ({place['planned_across_nodes']} trials "
+                f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
+                f"{place['ray_across_nodes']} across nodes); "
+                f"{'the same' if place.get('same_counts') else 'not the same'} counts a node"
+            )
     forecasts = [f for f in rows if "forecast" in f]
     if forecasts:
         print(

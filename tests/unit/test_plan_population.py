@@ -181,10 +181,10 @@ def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(
 
 def test_iterations_come_from_the_stop_rule(tmp_path: Path) -> None:
     exp = resolved(tmp_path, HALF_CPU, stop={"iterations": 30, "env_steps": 4000}).experiment
-    assert iterations_of(exp, 200) == 20
-    assert iterations_of(exp, 100) == 30
+    assert iterations_of(exp.stop, 200) == 20
+    assert iterations_of(exp.stop, 100) == 30
     exp = resolved(tmp_path, HALF_CPU, stop={"wall_time_s": 60}).experiment
-    assert iterations_of(exp, 200) is None
+    assert iterations_of(exp.stop, 200) is None
 
 
 def test_plan_prints_the_forecast_and_puts_it_in_its_json(tmp_path: Path) -> None:

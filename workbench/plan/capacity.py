@@ -23,7 +23,9 @@ from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.schema import Experiment
 from workbench.experiment.search_checks import grid_points
+from workbench.experiment.search_space import SearchSpace
 from workbench.plan.population import (
     Forecast,
     exploits_of,
@@ -380,7 +382,7 @@ def make_plan(
     population_forecast = None
     if throughput is not None and fit.concurrent:
         population_forecast = forecast_population(
-            resolved, config, throughput, request, cluster, trials, fit.concurrent
+            exp, resolved.search_space, config, throughput, request, cluster, trials, fit.concurrent
         )
     return Plan(
         file=where,
@@ -409,7 +411,8 @@ def make_plan(
 
 
 def forecast_population(
-    resolved: ResolvedExperiment,
+    exp: Experiment,
+    space: SearchSpace,
     config: AlgorithmConfig,
     rate: Throughput,
     request: TrialRequest,
@@ -418,11 +421,10 @@ def forecast_population(
     at_once: int,
 ) -> Forecast | None:
     """The population's pace on this cluster's cores (None where train()'s cost is unknown)."""
-    exp = resolved.experiment
-    costs = trial_costs(resolved.search_space, config, rate, processes=len(request.bundles))
+    costs = trial_costs(space, config, rate, processes=len(request.bundles))
     if costs is None:
         return None
-    iterations = iterations_of(exp, float(config.train_batch_size_per_learner))
+    iterations = iterations_of(exp.stop, float(config.train_batch_size_per_learner))
     return forecast(
         costs,
         trials=trials,

@@ -33,7 +33,7 @@ import zlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workbench.experiment.schema import Experiment
+from workbench.experiment.schema import StopSection
 from workbench.experiment.search_space import SearchSpace
 from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
@@ -191,9 +191,8 @@ def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
     )
 
 
-def iterations_of(exp: Experiment, batch: float) -> int | None:
+def iterations_of(stop: StopSection, batch: float) -> int | None:
     """Iterations per trial the stop rule sets (None: it sets none)."""
-    stop = exp.stop
     counts = []
     if stop.iterations is not None:
         counts.append(stop.iterations)
