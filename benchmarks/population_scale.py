@@ -716,7 +716,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.quick:
-        sizes, args.iterations, args.nodes, args.env_runners = [4], 2, 2, 1
+        # Trials sampling in their own process: each env runner is one more process to
+        # start (14 CPU s); tests/cluster places trials whose runners span nodes.
+        sizes, args.iterations, args.nodes, args.env_runners = [4], 2, 2, 0
 
     os.environ["RAY_AUTH_MODE"] = "disabled"  # the cluster's setting (deploy/local_cluster.py)
     os.environ.pop("RAY_ADDRESS", None)

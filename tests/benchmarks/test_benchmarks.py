@@ -299,8 +299,8 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
 def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     tmp_path: Path,
 ) -> None:
-    # 4 trials x 2 iterations, an env runner each, on a cluster of 2 `ray start` nodes
-    # (deploy/local_cluster.py).
+    # 4 trials x 2 iterations, sampling in their own process, on a cluster of 2 `ray start`
+    # nodes (deploy/local_cluster.py).
     out = tmp_path / "figures.json"
     result = subprocess.run(
         [
@@ -325,11 +325,11 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert set(row["per_node"]) <= {"node_0", "node_1"}
     assert sum(row["per_node"].values()) == row["trial_processes"]
     assert "| 4 |" in result.stdout
-    # Ray's placement groups read back: every bundle of the 4 trials (main process and env
-    # runner) on a node, as many as the plan placed.
+    # Ray's placement groups read back: every bundle of the 4 trials on a node, as many
+    # on each as the plan placed.
     place = row["placement"]
-    assert place["ray_groups"] == 4 and sum(place["ray"].values()) == 8
-    assert sum(place["planned"].values()) == 8 and set(place["ray"]) == {"node_0", "node_1"}
+    assert place["ray_groups"] == 4 and sum(place["ray"].values()) == 4
+    assert sum(place["planned"].values()) == 4 and set(place["ray"]) == {"node_0", "node_1"}
     assert place["same_counts"]
     # The plan's forecast beside the measurement.
     forecast = row["forecast"]
