@@ -58,7 +58,6 @@ class Outcome:
     wall_s: float
     results: float  # train() calls
     train_s: float  # the trials' seconds in train()
-    slot_s: float  # slots held x wall
     before_s: float  # the trials' seconds from their slot's start to their first train()
     driver_busy: float  # the driver's share of the wall
     cores_busy: float  # the cores' share of the wall used
@@ -165,7 +164,6 @@ def simulate(
     pending = deque(range(len(trials)))
     cpu = _Cores(cores)
     driver: deque[int] = deque()  # the results the driver has, the first in hand
-    driver_s = 0.0
     ranked: list[tuple[int, int]] = []  # (score, trial) of the trials that have decided
 
     def launch() -> None:
@@ -221,11 +219,6 @@ def simulate(
     while cpu.busy():
         kind, i, since = cpu.next()
         t = trials[i]
-        if kind == "handled":
-            driver_s += cpu.now - since
-            driver.popleft()
-            if driver:
-                cpu.add_first(costs.driver_s, ("handled", driver[0], cpu.now))
         if kind == "train":
             train(i)
         elif kind == "trained":
@@ -234,6 +227,9 @@ def simulate(
             t.train_s += cpu.now - since
             to_driver(i)
         elif kind == "handled":
+            driver.popleft()
+            if driver:
+                cpu.add_first(costs.driver_s, ("handled", driver[0], cpu.now))
             if exploits is not None:
                 decide(i)
             if t.done >= iterations:
@@ -244,12 +240,13 @@ def simulate(
             else:
                 train(i)
     wall = cpu.now
+    results = sum(t.calls for t in trials)
     return Outcome(
         wall_s=wall,
-        results=float(sum(t.calls for t in trials)),
+        results=float(results),
         train_s=sum(t.train_s for t in trials),
-        slot_s=min(at_once, len(trials)) * wall,
         before_s=sum((t.first_at if t.first_at is not None else wall) - t.slot_at for t in trials),
-        driver_busy=driver_s / wall if wall else 0.0,
+        # The driver runs at full speed: each result holds it driver_s.
+        driver_busy=results * costs.driver_s / wall if wall else 0.0,
         cores_busy=cpu.work_s / (cores * wall) if wall else 0.0,
     )
