@@ -30,6 +30,9 @@ STORE_FILE = "mlflow.db"  # the default sqlite MLflow store, beside the populati
 ARTIFACTS_DIR = "mlartifacts"  # the default store's artifacts, beside it
 RESOLVED_FILE = "workbench_experiment.yaml"  # the experiment as resolved: resume reads it
 LINEAGE_FILE = "lineage.jsonl"  # one line per PBT exploit
+# Exploits a killed driver decided after its last snapshot: the resume's trials restart
+# from that snapshot, so these are not in their history (workbench.tracking.callback).
+LINEAGE_ROLLED_BACK_FILE = "lineage_rolled_back.jsonl"
 SPOOL_FILE = "mlflow_pending.jsonl"  # MLflow writes the store did not take; resume writes them
 BUDGET_FILE = "budget_ran_out.json"  # the trials a budget ended: `resume --set` extends it
 SESSION_FILE = "ray_session.json"  # the local Ray the driver started (for cleanup)

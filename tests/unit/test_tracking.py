@@ -24,7 +24,7 @@ from tests.support.trials import FakeTrial
 from workbench.analysis.lineage import check_sequence
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.lineage_record import ExploitDecision, LineageRecord
-from workbench.names import LINEAGE_FILE, SPOOL_FILE
+from workbench.names import LINEAGE_FILE, LINEAGE_ROLLED_BACK_FILE, SPOOL_FILE
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.metrics import metric_filter, numeric_metrics
 from workbench.tracking.writer import Result, op_from_json, op_to_json
@@ -355,6 +355,64 @@ def test_a_donor_this_driver_never_started_is_named_by_the_scheduler_s_record(
     (line,) = (tmp_path / "pop" / LINEAGE_FILE).read_text().splitlines()
     written = json.loads(line)
     assert (written["target_name"], written["source_name"]) == ("PPO_00000", "PPO_00001")
+
+
+def test_exploits_decided_after_the_last_snapshot_are_rolled_back_with_it(
+    tmp_path: Path,
+) -> None:
+    # Seen in CI (the killed-driver test): exploit 1 (of a) waited for a's restart,
+    # exploit 2 (of b) was written, and the driver was killed before Tune snapshotted
+    # either. The resumed trials restart from the snapshot, from before both: the file
+    # kept 2, lost 1, and check_sequence said "seq 1 missing".
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    trials = [a, b]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for it in (1, 2):
+        tracker.on_trial_result(it, trials, a, _result(it, a.config))
+        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 3, 1.0))  # exploit 0, on a's 3rd
+    tracker.on_trial_result(3, trials, a, _result(3, a.config))
+    tracker.on_trial_result(4, trials, a, _result(4, a.config))  # a restarted: 0 written
+    assert tracker.writer.flush(timeout_s=10)
+    snapshot = tracker.get_state()  # Tune's last snapshot: exploit 0 is history
+    assert snapshot["next_seq"] == 1 and not snapshot["pending"]
+    tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 5, 2.0))  # 1, on a's 5th
+    tracker.on_trial_result(5, trials, a, _result(5, a.config))  # a has not restarted yet
+    tracker.on_exploit(_exploit(b.trial_id, a.trial_id, 3, 3.0))  # 2, on b's 3rd
+    tracker.on_trial_result(3, trials, b, _result(3, b.config))
+    tracker.on_trial_result(4, trials, b, _result(4, b.config))  # b restarted: 2 written
+    assert tracker.writer.flush(timeout_s=10)
+    lineage = tmp_path / "pop" / LINEAGE_FILE
+    assert [json.loads(x)["seq"] for x in lineage.read_text().splitlines()] == [0, 2]
+
+    # Killed; the resumed driver gets the snapshot, and its trials restart from it.
+    events: list[str] = []
+    again, _ = _tracker(tmp_path, [])
+    again._on_event = events.append
+    again.set_state(snapshot)
+    again.setup()
+    assert [json.loads(x)["seq"] for x in lineage.read_text().splitlines()] == [0]
+    rolled_back = (tmp_path / "pop" / LINEAGE_ROLLED_BACK_FILE).read_text().splitlines()
+    assert [(json.loads(x)["seq"], json.loads(x)["time"]) for x in rolled_back] == [(2, 3.0)]
+    assert any("1 exploit(s) decided after the last snapshot" in e for e in events), events
+    for trial in trials:
+        again.on_trial_start(0, trials, trial)
+    again.on_trial_result(5, trials, a, _result(5, a.config))  # from the snapshot's 4
+    again.on_exploit(_exploit(b.trial_id, a.trial_id, 3, 4.0))  # decided anew, as 1
+    again.on_trial_result(3, trials, b, _result(3, b.config))
+    again.on_trial_result(4, trials, b, _result(4, b.config))
+    _end(again, trials)
+
+    records = [LineageRecord.from_dict(json.loads(x)) for x in lineage.read_text().splitlines()]
+    assert [(r.seq, r.time) for r in records] == [(0, 1.0), (1, 4.0)]
+    assert check_sequence(records) == []
+    # The parent run's copy of the lineage is the rolled-back one, beside what left it.
+    runs = _runs(again.target.uri)
+    names = {x.path for x in MlflowClient(again.target.uri).list_artifacts(runs["pop"].info.run_id)}
+    assert {LINEAGE_FILE, LINEAGE_ROLLED_BACK_FILE} <= names
 
 
 @pytest.mark.parametrize("with_state", [True, False], ids=["callback-state", "state-lost"])

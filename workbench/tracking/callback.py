@@ -17,7 +17,9 @@ second run per trial after a restore. This module does it differently:
 * exploits are lineage records: appended to ``lineage.jsonl`` (results folder and the
   parent run's artifacts) and tagged on the child run; a line is appended when its
   exploit takes effect (the target's next result), so ``seq``, not line order, is
-  the order the scheduler decided them in;
+  the order the scheduler decided them in; a resume after a killed driver moves the
+  records of exploits decided after Tune's last snapshot (which its trials restart
+  from) to ``lineage_rolled_back.jsonl`` and numbers on from the snapshot's count;
 * when the store does not answer (server down, database locked) writes wait in the
   queue and are retried with back-off; at the end of the run whatever still could
   not be written is spooled to the results folder and written by the next resume."""
@@ -45,6 +47,7 @@ from workbench.names import (
     FINAL_PARAM_PREFIX,
     LAST_FAILURE_TAG,
     LINEAGE_FILE,
+    LINEAGE_ROLLED_BACK_FILE,
     PARENT,
     RESOLVED_FILE,
     RESULTS_DIR_TAG,
@@ -129,6 +132,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         # appends them from its own thread, and a driver killed first would lose them.
         self._queued: list[LineageRecord] = []
         self._seq = 0
+        self._rolled_back = False  # set_state moved records out of the lineage file
         self._lock = threading.Lock()
         # The experiment's stopper: when its population-wide rule ended the run, the
         # trials still running were stopped by design, not killed.
@@ -165,6 +169,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_last_values", {})  # pickled before final/* params
+        self.__dict__.setdefault("_rolled_back", False)
         self._lock = threading.Lock()
 
     def get_state(self) -> dict[str, Any]:
@@ -179,10 +184,18 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             self._queued = [r for r in self._queued if (r.target, r.time) not in written]
             for record in self._queued:
                 pending.setdefault(record.target, []).append(record.to_dict())
+            next_seq = self._seq
         # Exploits decided but not yet written (their target had not restarted): a driver
         # killed now would lose them, and their numbers would be a gap in the lineage.
-        # (The next number comes from the lineage file and these: set_state.)
-        return {"version": 1, "key": self.target.key, "runs": runs, "pending": pending}
+        # `next_seq`: every exploit numbered below it is in the file or pending here, and
+        # none above it is in the trials this snapshot holds (set_state).
+        return {
+            "version": 1,
+            "key": self.target.key,
+            "runs": runs,
+            "pending": pending,
+            "next_seq": next_seq,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         # Another key: a copy of the folder in another place of the same store, whose
@@ -190,6 +203,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         if state.get("key") not in (self.target.key, *self.target.legacy_keys):
             return
         self._runs = dict(state.get("runs", {}))
+        next_seq = state.get("next_seq")
+        if isinstance(next_seq, int):
+            self._roll_back_lineage(next_seq)
         # The exploits the snapshot's trials had taken but the lineage did not yet show:
         # every target restarts from its checkpoint now, so each is written with the
         # target's first result, under its own number (one the killed driver wrote after
@@ -209,12 +225,50 @@ class MlflowTracker(Callback):  # type: ignore[misc]
                 else:
                     renumber.append(entry)
                 self._exploits.setdefault(entry.record.target, []).append(entry)
-            self._seq = max(self._seq, max(numbers, default=-1) + 1)
+            self._seq = max(
+                self._seq,
+                max(numbers, default=-1) + 1,
+                next_seq if isinstance(next_seq, int) else 0,
+            )
             for entry in renumber:
                 entry.record = dataclasses.replace(entry.record, seq=self._seq)
                 self._seq += 1
         if self._writer is not None:
             self._writer.add_runs(self._runs)
+
+    def _roll_back_lineage(self, next_seq: int) -> None:
+        """Moves the records of exploits numbered from ``next_seq`` on out of the lineage
+        file. The killed driver decided them after the snapshot this resume restores,
+        and every trial restarts from that snapshot's checkpoint, from before each of
+        them: a record left in would describe a clone the population no longer holds
+        (and the pending ones it lost would be gaps)."""
+        path = self.target.results_dir / LINEAGE_FILE
+        if not path.exists():
+            return
+        kept: list[str] = []
+        rolled_back: list[str] = []
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                seq = int(json.loads(line)["seq"])
+            except (ValueError, TypeError, KeyError, AttributeError):
+                kept.append(line)
+                continue
+            (rolled_back if seq >= next_seq else kept).append(line)
+        if not rolled_back:
+            return
+        with (self.target.results_dir / LINEAGE_ROLLED_BACK_FILE).open("a") as f:
+            f.write("".join(line + "\n" for line in rolled_back))
+        staged = path.with_name(path.name + ".tmp")
+        staged.write_text("".join(line + "\n" for line in kept))
+        staged.replace(path)
+        self._rolled_back = True
+        self._event(
+            f"lineage: {len(rolled_back)} exploit(s) decided after the last snapshot are "
+            f"rolled back with it (the trials restart from it); moved to "
+            f"{LINEAGE_ROLLED_BACK_FILE}"
+        )
 
     # --- Tune hooks --------------------------------------------------------------------
     def setup(
@@ -489,6 +543,10 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         resolved = self.target.results_dir / RESOLVED_FILE
         if resolved.exists():
             out.append(resolved)
+        if self._rolled_back:  # the parent's copy of the lineage still has those records
+            for name in (LINEAGE_FILE, LINEAGE_ROLLED_BACK_FILE):
+                if (self.target.results_dir / name).exists():
+                    out.append(self.target.results_dir / name)
         if self.target.render_plots is None:
             return out
         try:
