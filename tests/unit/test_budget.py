@@ -21,7 +21,7 @@ from workbench.run.budget import (
     write_ran_out,
 )
 from workbench.run.results_folder import population_statuses
-from workbench.tune_ext.ray_private import reopen_trials
+from workbench.tune_ext.ray_private import forget_in_flight_decisions, reopen_trials
 
 RAN_OUT = BudgetRanOut(budget="wall_time", limit=60, spent=61.4, trials=["t_0", "t_1"])
 ENDED = {"t_0": "TERMINATED", "t_1": "TERMINATED", "t_2": "TERMINATED"}
@@ -101,3 +101,39 @@ def test_reopened_trials_are_paused_in_tunes_snapshot(tmp_path: Path) -> None:
         "t_1": "TERMINATED",
         "t_2": "PAUSED",
     }
+
+
+def test_a_resume_forgets_the_decisions_tune_held_for_saves_in_flight(tmp_path: Path) -> None:
+    # Seen in CI (tests/integration/test_interrupts.py): the wall-time budget ran out while
+    # both trials were saving, Tune cached a STOP for each, and its snapshot kept them; a
+    # resume with a larger budget reopened the trials and each ended after one iteration,
+    # when its first save resolved. Ray's own state, as Tune 2.60 snapshots it:
+    from ray.tune.execution.tune_controller import TuneController
+
+    controller = TuneController.__new__(TuneController)
+    controller.__dict__.update(
+        {
+            "_cached_trial_decisions": {"t_0": "STOP", "t_1": "STOP"},
+            "_queued_trial_decisions": {"t_2": "PAUSE"},
+        }
+    )
+    while True:  # the attributes __getstate__ deletes, as no more than placeholders
+        try:
+            runner_data = controller.__getstate__()
+            break
+        except KeyError as missing:
+            controller.__dict__[missing.args[0]] = None
+    assert runner_data["_cached_trial_decisions"] == {"t_0": "STOP", "t_1": "STOP"}
+
+    trial_data = [
+        [json.dumps({"trial_id": t, "status": s, "config": {"lr": 0.1}}), "{}"]
+        for t, s in ENDED.items()
+    ]
+    state = tmp_path / "experiment_state-2026-12-02_10-00-00.json"
+    state.write_text(json.dumps({"trial_data": trial_data, "runner_data": runner_data}))
+    assert forget_in_flight_decisions(tmp_path) == ["t_0", "t_1", "t_2"]
+    saved = json.loads(state.read_text())
+    assert saved["runner_data"]["_cached_trial_decisions"] == {}
+    assert saved["runner_data"]["_queued_trial_decisions"] == {}
+    assert saved["trial_data"] == trial_data  # the rest as it was
+    assert forget_in_flight_decisions(tmp_path) == []  # nothing held: the file untouched

@@ -67,6 +67,7 @@ from workbench.trial.trainable import seeded_trainable
 from workbench.tune_ext.checkpoints import CheckpointGuard
 from workbench.tune_ext.optuna_study import close_study, record_result
 from workbench.tune_ext.ray_private import (
+    forget_in_flight_decisions,
     raylet_messages_logged,
     reopen_trials,
     restored_tuner_uses,
@@ -535,6 +536,7 @@ def resume(
         if reopen:
             reopen_trials(resolved.results_dir, set(reopen))
             clear_ran_out(resolved.results_dir)
+        forget_in_flight_decisions(resolved.results_dir)
         session = _session(
             resolved, config, progress_interval_s=progress_interval_s, all_at_once=all_at_once
         )

@@ -126,3 +126,37 @@ def reopen_trials(results_dir: Path, trial_ids: Collection[str]) -> None:
             state["status"] = "PAUSED"
             entry[0] = json.dumps(state, indent=2)
     write_atomic(path, json.dumps(data))
+
+
+# TuneController's decisions waiting on a trial's save in flight (Ray 2.60): a STOP or
+# PAUSE the scheduler or stopper made while the trial was saving, run when the save resolves.
+_IN_FLIGHT_DECISIONS = ("_cached_trial_decisions", "_queued_trial_decisions")
+
+
+def forget_in_flight_decisions(results_dir: Path) -> list[str]:
+    """Empties the decisions Tune's newest experiment snapshot holds for saves that were in
+    flight when it was written; returns the trials that had one.
+
+    Tune 2.60 keeps them in the snapshot (``TuneController.__getstate__`` leaves them in)
+    and its resume puts them back, but the saves they waited for belonged to processes
+    that are gone. The restarted trial's first save then runs the old decision: a STOP
+    that a budget made while a trial was saving ended the trial again after one
+    iteration when a resume with a larger budget reopened it. Every trial of a resume
+    starts from its checkpoint, so no decision from before applies."""
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(str(results_dir))
+    if newest is None:
+        return []
+    path = Path(newest)
+    data = json.loads(path.read_text())
+    runner = data.get("runner_data")
+    if not isinstance(runner, dict):
+        return []
+    held = sorted({str(t) for key in _IN_FLIGHT_DECISIONS for t in dict(runner.get(key) or {})})
+    if held:
+        for key in _IN_FLIGHT_DECISIONS:
+            if key in runner:
+                runner[key] = {}
+        write_atomic(path, json.dumps(data))
+    return held

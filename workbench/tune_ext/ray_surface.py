@@ -105,6 +105,7 @@ SURFACE: tuple[Private, ...] = (
     Private(_CONTROLLER, "_staged_trials"),
     Private(_CONTROLLER, "_trial_to_actor"),
     Private(_CONTROLLER, "_cached_trial_decisions"),
+    Private(_CONTROLLER, "_queued_trial_decisions"),
     Private(_CONTROLLER, "_reuse_actors"),
     Private(_CONTROLLER, "_checkpoint_manager"),
     Private("ray.tune.execution.tune_controller.TrialRunnerWrapper", "_tune_controller"),
