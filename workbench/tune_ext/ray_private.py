@@ -159,4 +159,7 @@ def forget_in_flight_decisions(results_dir: Path) -> list[str]:
             if key in runner:
                 runner[key] = {}
         write_atomic(path, json.dumps(data))
+        logging.getLogger("workbench").info(
+            "resume: dropped the decisions Tune held for saves in flight (trials %s)", held
+        )
     return held
