@@ -41,7 +41,14 @@ grad_clip 0.5, no KL term, no value clipping), per seed in turn:
   (``FAST_TRAINING``: 16 envs x 32 steps, 10 epochs, lr 2e-3 decaying), chosen by a sweep on
   seeds 0-2;
 * ``sb3``: Stable-Baselines3 with RL Zoo's own entry (`benchmarks/sb3_cartpole.py` in RL
-  Zoo's virtualenv, ``make zoo-venv``; ``--zoo-python``).
+  Zoo's virtualenv, ``make zoo-venv``; ``--zoo-python``);
+* ``sb3_fast`` (``--zoo-arms``): SB3 given the care ``workbench_fast`` got: the same
+  one-change-at-a-time sweep of RL Zoo's entry on seeds 0-2 (``--zoo-sweep``,
+  ``SB3_SWEEP``), its lowest median (``SB3_FAST``).
+
+The tuned arms were chosen on seeds 0-2; the race that compares them runs on the report
+seeds 100-109, and prints each arm against its anchor per seed (``ZOO_PAIRS``): the ratio
+of wall times and the paired median difference in seconds with its 95% bootstrap interval.
 
 Each until the mean return of the episodes that ended in a block of 4,000 env steps
 (`zoo_reference.Crossing`) reaches 475: wall seconds (from the first update, the algorithm
@@ -49,6 +56,7 @@ built) and env steps. All on the same one core.
 
     .venv/bin/python benchmarks/end_to_end.py [--rounds 5] [--iterations 3] [--seeds 0,1,2]
     .venv/bin/python benchmarks/end_to_end.py --rounds 0 --seeds '' --zoo-seeds 0,1,2
+    .venv/bin/python benchmarks/end_to_end.py --rounds 0 --seeds '' --zoo-seeds 0,1,2 --zoo-sweep
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ from benchmarks.common import (
     pin_to_one_cpu,
     spread,
 )
+from benchmarks.shootout_stats import median_difference
 from benchmarks.zoo_reference import Crossing
 
 # rllib/tuned_examples/ppo/cartpole_ppo.py (Ray 2.60)
@@ -117,7 +126,52 @@ FAST_TRAINING: dict[str, Any] = {
     "num_epochs": 10,
     "lr": [[0, 2e-3], [ZOO_STEPS, 0.0]],
 }
-ZOO_ARMS = ("zoo_workbench", "zoo_rllib_learner", "workbench_fast", "sb3")
+# SB3 given the same care as `workbench_fast`: the same one-change-at-a-time sweep of RL
+# Zoo's entry (``--zoo-sweep``, SB3's names: a batch is n_envs x n_steps, the minibatch
+# batch_size), on the same seeds 0-2. Each setting as ``--set`` items of sb3_cartpole.py.
+SB3_SWEEP: dict[str, tuple[str, ...]] = {
+    "RL Zoo's (8 envs, batch 256, 20 epochs, lr 1e-3)": (),
+    "10 epochs": ("n_epochs=10",),
+    "batch 512, 10 epochs, lr 2e-3": ("n_steps=64", "n_epochs=10", "learning_rate=lin_2e-3"),
+    "10 epochs, lr 2e-3, 16 envs": (
+        "n_envs=16", "n_steps=16", "n_epochs=10", "learning_rate=lin_2e-3",
+    ),
+    "batch 512, 10 epochs": ("n_steps=64", "n_epochs=10"),
+    "batch 512, 10 epochs, lr 2e-3, 16 envs": (
+        "n_envs=16", "n_steps=32", "n_epochs=10", "learning_rate=lin_2e-3",
+    ),
+    "batch 512, 10 epochs, lr 2e-3, 32 envs": (
+        "n_envs=32", "n_steps=16", "n_epochs=10", "learning_rate=lin_2e-3",
+    ),
+    "batch 512, 10 epochs, lr 3e-3, 16 envs": (
+        "n_envs=16", "n_steps=32", "n_epochs=10", "learning_rate=lin_3e-3",
+    ),
+    "batch 512, 8 epochs, lr 2e-3, 16 envs": (
+        "n_envs=16", "n_steps=32", "n_epochs=8", "learning_rate=lin_2e-3",
+    ),
+    "batch 512, 6 epochs": ("n_steps=64", "n_epochs=6"),
+    "batch 512, 5 epochs, lr 2e-3": ("n_steps=64", "n_epochs=5", "learning_rate=lin_2e-3"),
+    "batch 512, minibatch 512, 10 epochs": ("n_steps=64", "batch_size=512", "n_epochs=10"),
+    "batch 512, minibatch 128, 5 epochs": ("n_steps=64", "batch_size=128", "n_epochs=5"),
+    "batch 1024, 10 epochs": ("n_steps=128", "n_epochs=10"),
+    "batch 1024, 10 epochs, 16 envs": ("n_envs=16", "n_steps=64", "n_epochs=10"),
+    "batch 1024, 10 epochs, lr 2e-3, 16 envs": (
+        "n_envs=16", "n_steps=64", "n_epochs=10", "learning_rate=lin_2e-3",
+    ),
+    "batch 1024, minibatch 512, 10 epochs": ("n_steps=128", "batch_size=512", "n_epochs=10"),
+    "batch 1024, 6 epochs": ("n_steps=128", "n_epochs=6"),
+    "batch 1024, 5 epochs, lr 2e-3, 16 envs": (
+        "n_envs=16", "n_steps=64", "n_epochs=5", "learning_rate=lin_2e-3",
+    ),
+    "gamma 0.99, lambda 0.95, batch 512, 10 epochs": (
+        "gamma=0.99", "gae_lambda=0.95", "n_steps=64", "n_epochs=10",
+    ),
+}  # fmt: skip
+# The sweep's choice for SB3 (its lowest median over seeds 0-2; docs/benchmarks/end-to-end.md).
+SB3_FAST: tuple[str, ...] = SB3_SWEEP["batch 1024, 10 epochs, lr 2e-3, 16 envs"]
+ZOO_ARMS = ("zoo_workbench", "zoo_rllib_learner", "workbench_fast", "sb3", "sb3_fast")
+# Each arm's anchor in the race's paired comparisons: the same care on both sides.
+ZOO_PAIRS = (("zoo_workbench", "sb3"), ("workbench_fast", "sb3_fast"), ("workbench_fast", "sb3"))
 DEFAULT_ZOO_ARMS = ("zoo_workbench", "zoo_rllib_learner", "sb3")
 ZOO_BLOCK = 4000
 
@@ -271,9 +325,16 @@ def time_to_block_target(
     return None, None, crossing.best
 
 
-def sb3_run(python: str, seed: int, target: float, max_steps: int, max_s: float) -> dict[str, Any]:
+def sb3_run(
+    python: str,
+    seed: int,
+    target: float,
+    max_steps: int,
+    max_s: float,
+    sets: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """benchmarks/sb3_cartpole.py in RL Zoo's virtualenv (this process's CPU pinning is
-    inherited): its JSON line."""
+    inherited), with ``sets`` applied to RL Zoo's entry: its JSON line."""
     import subprocess
 
     command = [
@@ -284,6 +345,7 @@ def sb3_run(python: str, seed: int, target: float, max_steps: int, max_s: float)
         f"--block={ZOO_BLOCK}",
         f"--max-steps={max_steps}",
         f"--max-seconds={max_s}",
+        *(f"--set={item}" for item in sets),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     lines = done.stdout.strip().splitlines()
@@ -307,9 +369,10 @@ def zoo_learning(args: argparse.Namespace, folder: Path, out: dict[str, Any]) ->
     for seed in seeds:
         order = arms if seed % 2 == 0 else arms[::-1]
         for arm in order:
-            if arm == "sb3":
+            if arm in ("sb3", "sb3_fast"):
+                sets = SB3_FAST if arm == "sb3_fast" else ()
                 figures = sb3_run(
-                    args.zoo_python, seed, args.target, args.max_steps, args.max_seconds
+                    args.zoo_python, seed, args.target, args.max_steps, args.max_seconds, sets
                 )
                 steps, seconds, best = figures["env_steps"], figures["seconds"], figures["best"]
             else:
@@ -337,14 +400,48 @@ def zoo_learning(args: argparse.Namespace, folder: Path, out: dict[str, Any]) ->
     per_seed: dict[int, dict[str, Any]] = {}
     for r in out["zoo"]:
         per_seed.setdefault(r["seed"], {})[r["arm"]] = r["seconds"]
-    for arm in ("zoo_workbench", "workbench_fast"):
-        ratios = [
-            times[arm] / times["sb3"]
+    for arm, anchor in ZOO_PAIRS:
+        paired = [
+            (times[arm], times[anchor])
             for times in per_seed.values()
-            if times.get(arm) and times.get("sb3")
+            if times.get(arm) and times.get(anchor)
         ]
-        if ratios:
-            print(f"{arm} / sb3 wall time, per seed: {spread(ratios, '.2f', 'x')}")
+        if not paired:
+            continue
+        ratios = [a / b for a, b in paired]
+        seconds = median_difference([a for a, _ in paired], [b for _, b in paired])
+        faster = sum(a < b for a, b in paired)
+        print(
+            f"{arm} / {anchor} wall time, per seed: {spread(ratios, '.2f', 'x')}; paired "
+            f"median difference {seconds.text('+.1f')} s; faster on {faster} of {len(paired)}"
+        )
+
+
+def zoo_sweep(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    """SB3's sweep (``SB3_SWEEP``) on ``--zoo-seeds``: seconds to the block target per
+    setting and seed, the median over the seeds, and the lowest median."""
+    seeds = [int(s) for s in args.zoo_seeds.split(",") if s.strip()]
+    print("\nSB3 sweep of RL Zoo's CartPole entry, seconds to the block mean (env steps, k)")
+    print(f"| setting (RL Zoo's otherwise) | {' | '.join(f'seed {s}' for s in seeds)} | median |")
+    print(f"|---|{'---:|' * (len(seeds) + 1)}")
+    medians: dict[str, float] = {}
+    for name, sets in SB3_SWEEP.items():
+        cells, times = [], []
+        for seed in seeds:
+            figures = sb3_run(
+                args.zoo_python, seed, args.target, args.max_steps, args.max_seconds, sets
+            )
+            out["sweep"].append({"setting": name, "seed": seed, **figures})
+            if figures["seconds"] is None:
+                cells.append(f"not in {args.max_seconds:g} s")
+                times.append(float("inf"))
+            else:
+                cells.append(f"{figures['seconds']:.1f} ({figures['env_steps'] / 1000:.0f}k)")
+                times.append(float(figures["seconds"]))
+        medians[name] = statistics.median(times)
+        print(f"| {name} | {' | '.join(cells)} | {medians[name]:.1f} |", flush=True)
+    best = min(medians, key=lambda n: medians[n])
+    print(f"lowest median: {best} ({medians[best]:.1f} s): {' '.join(SB3_SWEEP[best])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--zoo-arms", default=",".join(DEFAULT_ZOO_ARMS), help=f"of {', '.join(ZOO_ARMS)}"
     )
+    parser.add_argument(
+        "--zoo-sweep", action="store_true", help="SB3's sweep (SB3_SWEEP) on --zoo-seeds instead"
+    )
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -385,11 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         f"ray {ray.__version__}, one core (#{core}), {ENVS} envs, train batch {args.batch}, "
         f"{args.rounds} interleaved rounds of {args.iterations} iterations per arm"
     )
-    out: dict[str, Any] = {"throughput": [], "learning": [], "zoo": []}
+    out: dict[str, Any] = {"throughput": [], "learning": [], "zoo": [], "sweep": []}
     if args.rounds > 0:
         throughput(args, folder, out)
     learning(args, folder, out)
-    if args.zoo_seeds.strip():
+    if args.zoo_seeds.strip() and args.zoo_sweep:
+        zoo_sweep(args, out)
+    elif args.zoo_seeds.strip():
         zoo_learning(args, folder, out)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

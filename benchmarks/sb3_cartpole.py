@@ -11,6 +11,11 @@ figures follow its pins): 8 envs x 32 steps, minibatch 256, 20 epochs, gae_lambd
 gamma 0.98, lr 1e-3 and clip range 0.2 decaying linearly to 0 over 1e5 steps, the
 default 64x64 tanh policy and value networks. One torch thread, on CPU.
 
+``--set KEY=VALUE`` changes one of those arguments (SB3's names; ``n_envs`` too; a value
+``lin_X`` is a linear schedule from X, as in RL Zoo's file): the settings a sweep tries.
+RL Zoo's linear schedules reach 0 at its ``n_timesteps`` (1e5 here), as RL Zoo runs them,
+whatever ``--max-steps`` the run is given.
+
 The block mean is `zoo_reference.Crossing`'s (RLlib's per-iteration ``episode_return_mean``
 over the episodes that ended within the block), fed once per rollout (256 env steps, the
 workbench arm's iteration), and the time is taken after that rollout's update: the point
@@ -35,9 +40,30 @@ from benchmarks.zoo_reference import Crossing
 ENV_ID = "CartPole-v1"
 
 
-def zoo_hyperparameters() -> dict[str, Any]:
-    """RL Zoo's CartPole-v1 entry as SB3 arguments (its ``lin_`` schedules as functions)."""
-    return zoo_entry(ENV_ID)
+def zoo_hyperparameters(sets: list[str] | None = None) -> dict[str, Any]:
+    """RL Zoo's CartPole-v1 entry as SB3 arguments (its ``lin_`` schedules as functions of
+    SB3's remaining progress over RL Zoo's ``n_timesteps``), with ``sets`` applied."""
+    import yaml
+
+    params = zoo_entry(ENV_ID)
+    for item in sets or []:
+        key, sep, text = item.partition("=")
+        if not sep or key.strip() not in {*params, "n_envs"}:
+            raise SystemExit(f"--set {item}: KEY=VALUE with KEY one of {sorted(params)}")
+        value = yaml.safe_load(text)
+        if isinstance(value, str) and value.startswith("lin_"):
+            start = float(value[4:])
+            value = lambda progress, start=start: progress * start  # noqa: E731
+        params[key.strip()] = value
+    return params
+
+
+def over_horizon(schedule: Any, horizon: float, total: float) -> Any:
+    """An SB3 schedule of the progress remaining over ``horizon`` env steps, for a run
+    of ``total``: it reaches its end value at ``horizon`` and stays there."""
+    if not callable(schedule):
+        return schedule
+    return lambda remaining: schedule(max(0.0, 1.0 - (1.0 - remaining) * total / horizon))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=4000)
     parser.add_argument("--max-steps", type=int, default=300_000)
     parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument("--set", action="append", default=[], help="KEY=VALUE (SB3's name)")
     args = parser.parse_args(argv)
 
     import torch
@@ -55,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3.common.env_util import make_vec_env
 
     torch.set_num_threads(1)
-    params = zoo_hyperparameters()
+    params = zoo_hyperparameters(args.set)
     n_envs = int(params.pop("n_envs"))
-    params.pop("n_timesteps")
+    horizon = float(params.pop("n_timesteps"))
+    for key in ("learning_rate", "clip_range"):
+        if key in params:
+            params[key] = over_horizon(params[key], horizon, args.max_steps)
     policy = params.pop("policy")
     crossing = Crossing(args.target, block=args.block)
     finished: list[float] = []

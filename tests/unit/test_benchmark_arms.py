@@ -333,3 +333,30 @@ def test_pbt_and_pb2_arms_keep_the_tasks_first_decision(tmp_path: Path) -> None:
         sets = [*shootout.arm_overrides(arm, budget, 5, burn_in=8), f"storage={tmp_path}"]
         experiment = load_and_resolve(task, sets, check_results=False).experiment
         assert experiment.scheduler.burn_in_period == expected, arm  # type: ignore[union-attr]
+
+
+def test_sb3s_schedules_end_at_rl_zoos_horizon_whatever_the_run_length() -> None:
+    sb3 = _benchmark("sb3_cartpole")
+
+    def lin(remaining: float) -> float:  # RL Zoo's lin_1e-3 in SB3's terms
+        return remaining * 1e-3
+
+    # A run of 400k env steps, RL Zoo's 1e5 horizon: half-way at 50k, 0 from 100k on.
+    schedule = sb3.over_horizon(lin, horizon=1e5, total=4e5)
+    assert schedule(1.0) == pytest.approx(1e-3)
+    assert schedule(1.0 - 50_000 / 4e5) == pytest.approx(0.5e-3)
+    assert schedule(1.0 - 100_000 / 4e5) == pytest.approx(0.0)
+    assert schedule(0.0) == 0.0
+    assert sb3.over_horizon(0.2, horizon=1e5, total=4e5) == 0.2  # a constant stays
+
+
+def test_sb3_gets_the_sweep_workbench_fast_got_and_its_choice_comes_from_it() -> None:
+    e2e = _benchmark("end_to_end")
+    sb3_ppo_args = {"n_envs", "n_steps", "n_epochs", "batch_size", "learning_rate"}
+    sb3_ppo_args |= {"gamma", "gae_lambda"}
+    for name, sets in e2e.SB3_SWEEP.items():
+        assert {item.split("=")[0] for item in sets} <= sb3_ppo_args, name
+    assert len(set(e2e.SB3_SWEEP.values())) == len(e2e.SB3_SWEEP)  # each setting once
+    assert e2e.SB3_FAST in e2e.SB3_SWEEP.values()
+    # Each tuned arm is compared with the other side's tuned arm.
+    assert ("workbench_fast", "sb3_fast") in e2e.ZOO_PAIRS
