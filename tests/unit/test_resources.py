@@ -20,7 +20,7 @@ from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
 from workbench.experiment.loading import json_schema
-from workbench.experiment.resolve import ResolvedExperiment, load_and_resolve
+from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.resources_section import ResourcesSection
 from workbench.plan.capacity import Plan, make_plan, what_would_fit
 from workbench.plan.preflight import preflight
@@ -593,16 +593,16 @@ def test_preflight_on_a_multi_node_cluster_checks_the_nodes(
 ) -> None:
     two = Cluster((Node("a", {"CPU": 4.0}), Node("b", {"CPU": 4.0})), "two nodes")
     _live(monkeypatch, two)
-    checked: list[ResolvedExperiment] = []
+    checked: list[tuple[Path, Path]] = []
 
-    def check_nodes(res: ResolvedExperiment, cluster: Cluster) -> list[str]:
-        checked.append(res)
+    def check_nodes(file: Path, storage: Path, cluster: Cluster) -> list[str]:
+        checked.append((file, storage))
         return ["results storage X is not shared: ..."]
 
     monkeypatch.setattr(plan_module, "check_nodes", check_nodes)
     res = resolved(tmp_path, {"cpus_main": 1})
     preflight(res, build_config(res))
-    assert len(checked) == 1
+    assert checked == [(res.file, res.results_dir.parent)]
     assert "workbench: WARNING: results storage X is not shared" in capsys.readouterr().err
 
 

@@ -55,21 +55,19 @@ def preflight(
     if not plan.fits:
         raise ExperimentError(plan.problems)
     if len(plan.cluster.nodes) > 1:
-        plan.warnings += check_nodes(resolved, plan.cluster)
+        plan.warnings += check_nodes(resolved.file, resolved.results_dir.parent, plan.cluster)
     for warning in plan.warnings:
         print(f"workbench: WARNING: {warning}", file=sys.stderr)
     print(plan.summary())
     return plan
 
 
-def check_nodes(
-    resolved: ResolvedExperiment, cluster: Cluster, timeout_s: float = 120.0
-) -> list[str]:
+def check_nodes(file: Path, storage: Path, cluster: Cluster, timeout_s: float = 120.0) -> list[str]:
     """Runs a zero-CPU task on every alive node: can it import the project, and does it
-    see the results storage (a file the driver writes there)? Returns warnings; raises
-    ExperimentError when a node cannot import the project (its trials would fail)."""
+    see the results storage (a file the driver writes there)? Returns warnings (naming
+    the experiment ``file``); raises ExperimentError when a node cannot import the
+    project (its trials would fail)."""
 
-    storage = resolved.results_dir.parent
     storage.mkdir(parents=True, exist_ok=True)
     marker = storage / f".workbench-preflight-{uuid.uuid4().hex[:12]}"
     marker.write_text("written by the driver of `workbench run` to see which nodes share it\n")
@@ -103,7 +101,7 @@ def check_nodes(
                 answers[name] = f"the check failed: {type(err).__name__}: {err}"
     finally:
         marker.unlink(missing_ok=True)
-    return judge_nodes(answers, file=str(resolved.file), storage=storage)
+    return judge_nodes(answers, file=str(file), storage=storage)
 
 
 def judge_nodes(answers: dict[str, dict[str, Any] | str], *, file: str, storage: Path) -> list[str]:

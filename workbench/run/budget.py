@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ExperimentError, Problem
+from workbench.experiment.schema import StopSection
 from workbench.files import write_atomic
 from workbench.names import BUDGET_FILE, RESOLVED_FILE
 
@@ -45,15 +46,16 @@ def write_ran_out(results_dir: Path, record: BudgetRanOut) -> None:
     write_atomic(results_dir / BUDGET_FILE, json.dumps(asdict(record), indent=1) + "\n")
 
 
-def record_ran_out(resolved: Any, stopper: Any) -> None:
-    """Writes what the stopper (RulesStopper) saw when its budget ended the run."""
+def record_ran_out(results_dir: Path, stop: StopSection, stopper: Any) -> None:
+    """Writes what the stopper (RulesStopper) saw when its budget (a rule of the
+    experiment's ``stop`` section) ended the run."""
     field = BUDGET_FIELDS[stopper.ran_out]
     spent = stopper.wall_time_spent() if stopper.ran_out == "wall_time" else stopper.env_steps_spent
     write_ran_out(
-        resolved.results_dir,
+        results_dir,
         BudgetRanOut(
             budget=stopper.ran_out,
-            limit=float(getattr(resolved.experiment.stop, field)),
+            limit=float(getattr(stop, field)),
             spent=float(spent),
             trials=list(stopper.budget_stopped),
         ),

@@ -21,7 +21,7 @@ from ray.tune.utils import flatten_dict
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment, check_results_dir, describe
-from workbench.experiment.schema import TrackingSection
+from workbench.experiment.schema import EvaluationSection, TrackingSection
 from workbench.experiment.search_checks import grid_points
 from workbench.names import (
     ARTIFACTS_DIR,
@@ -300,7 +300,8 @@ def _finish(
     )
     summary.wall_time_s = elapsed_s
     if stopper.ran_out is not None and stopper.budget_stopped:
-        record_ran_out(resolved, stopper)  # for a resume that extends the budget
+        # For a resume that extends the budget.
+        record_ran_out(resolved.results_dir, resolved.experiment.stop, stopper)
     if stopper.wall_spent_before_s > 0:  # resumed
         summary.wall_time_all_s = stopper.wall_time_spent()
     by_return = stopper.return_reached()
@@ -318,7 +319,8 @@ def _finish(
         summary.tracking_uri = session.tracker.target.uri
         summary.mlflow_experiment = session.tracker.target.experiment
     if not summary.interrupted:
-        evaluate_best(resolved, session, summary)
+        exp = resolved.experiment
+        evaluate_best(exp.evaluation, exp.seed, resolved.results_dir, session, summary)
         if resolved.experiment.search.type == "optuna":  # its study says it has ended
             with contextlib.suppress(Exception):  # the study is a view: never fail the run
                 close_study(resolved.results_dir, resolved.experiment.name)
@@ -366,24 +368,30 @@ def log_summary_metrics(session: _Session, summary: RunSummary, elapsed_s: float
         summary.evaluation_note = f"{old}\n{note}" if old else note
 
 
-def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunSummary) -> None:
-    """Chooses the population's result (`workbench.run.population_result`), names its
-    member as the best trial, logs the confirming evaluation as eval/* to that member's
-    MLflow run, its policy as an MLflow model there, and the result on the population's
-    run. Never fails the population: a problem becomes a summary line."""
+def evaluate_best(
+    section: EvaluationSection,
+    seed: int,
+    results_dir: Path,
+    session: _Session,
+    summary: RunSummary,
+) -> None:
+    """Chooses the population's result (`workbench.run.population_result`) by the
+    experiment's evaluation ``section``, names its member as the best trial, logs the
+    confirming evaluation as eval/* to that member's MLflow run, its policy as an MLflow
+    model there, and the result on the population's run. Never fails the population: a
+    problem becomes a summary line."""
 
-    section = resolved.experiment.evaluation
     if section.at_end == "none":
         return
     trials = {trial_id: record.name for trial_id, record in session.table.records.items()}
     try:
         chosen = choose_result(
-            resolved.results_dir,
+            results_dir,
             trials,
             episodes=section.episodes,
             short_episodes=section.short_episodes,
             confirm=section.confirm,
-            seed=resolved.experiment.seed,
+            seed=seed,
         )
     except Exception as err:  # the population's results stand without it
         summary.evaluation_note = f"No result chosen: {type(err).__name__}: {err}"
@@ -417,7 +425,7 @@ def evaluate_best(resolved: ResolvedExperiment, session: _Session, summary: RunS
         )
         return
     try:  # the chosen policy as an MLflow model (registry, serving)
-        checkpoint = read_checkpoint(result.checkpoint_path(resolved.results_dir))
+        checkpoint = read_checkpoint(result.checkpoint_path(results_dir))
         logged = log_checkpoint_model(checkpoint, session.tracker.target.uri, run_id)
         summary.evaluation_note = f"Its policy: MLflow model {logged.model_uri}"
     except Exception as err:  # the population's results stand without it

@@ -99,7 +99,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         pb2.explore_in_log(key for key, spec in space.items() if "log" in spec.kind)
         return pb2
     if section.type == "replay":
-        return replay_scheduler(resolved)
+        return replay_scheduler(section, resolved.tune_keys)
     if section.type == "asha":
         return WorkbenchASHA(
             time_attr=TIME_ATTR,

@@ -7,6 +7,7 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from workbench.experiment.schema import ReplaySection
 from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler
 
 
@@ -62,10 +63,9 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def replay_scheduler(resolved: Any) -> ReplayScheduler:
-    """The scheduler of a resolved experiment whose scheduler section is a replay."""
-    section = resolved.experiment.scheduler
-    keys = resolved.tune_keys
+def replay_scheduler(section: ReplaySection, keys: dict[str, str]) -> ReplayScheduler:
+    """The scheduler of a replay ``section`` (its schedule's values by public name;
+    ``keys``: public name -> Tune's key)."""
     return ReplayScheduler(
         [
             (step.iteration, {keys[name]: value for name, value in step.values.items()})
