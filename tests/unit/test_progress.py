@@ -256,7 +256,7 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
     """A logger with its own terminal handler (as Ray's and MLflow's are), one that
     propagates to the root (Python's last resort), and a warning: none on the console;
     all in workbench.log, those from before the folder existed too. The workbench's own
-    warnings stay on the console as well."""
+    warnings stay on the console as well; its notes (INFO) go to the file only."""
     library = logging.getLogger("fake_ray")
     library.addHandler(logging.StreamHandler(sys.stderr))
     library.propagate = False
@@ -272,12 +272,15 @@ def test_the_libraries_logging_goes_to_the_log_file_not_the_console(
                 warnings.warn("deprecated thing", UserWarning, stacklevel=1)
             library.warning("Saving experiment state failed")
             logging.getLogger("workbench.tracking.writer").warning("MLflow refused Result")
+            logging.getLogger("workbench.tune_ext.pbt").info("[pbt] a trains on")
         assert library.handlers == before and library.propagate is False
+        assert logging.getLogger("workbench").level == logging.NOTSET  # as it was
         captured = capfd.readouterr()
         # Only the workbench's own warning is on the console (in the file too).
         assert captured.err == "workbench: MLflow refused Result\n" and captured.out == ""
         log = (tmp_path / LOG_FILE).read_text()
         assert "MLflow refused Result" in log
+        assert "[pbt] a trains on" in log  # the workbench's notes: the file only
         for text in ("Started a local Ray", "Cannot find metric", "deprecated thing", "Saving"):
             assert text in log
         # Ray sets its format on every handler of its logger when it starts (after the

@@ -96,6 +96,7 @@ class LibraryLogs:
         self._ours: set[logging.Logger] = set()  # the taken loggers that write to ours
         self._captured_warnings = False
         self._own: logging.Handler | None = None  # the workbench's warnings on stderr
+        self._own_level: int | None = None  # the workbench logger's level before
 
     def __enter__(self) -> LibraryLogs:
         # Whether warnings were captured already (the stdlib keeps no public flag).
@@ -112,6 +113,12 @@ class LibraryLogs:
             self._own = _Stderr(logging.WARNING)
             self._own.setFormatter(logging.Formatter("workbench: %(message)s"))
             logging.getLogger("workbench").addHandler(self._own)
+        # The workbench's own notes (why PBT spared a trial, what a resume dropped) go to
+        # the log file: the root logger would pass on only warnings.
+        own = logging.getLogger("workbench")
+        if own.level == logging.NOTSET:
+            self._own_level = own.level
+            own.setLevel(logging.INFO)
         return self
 
     def take_over(self, also_import: tuple[str, ...] = ()) -> None:
@@ -184,6 +191,9 @@ class LibraryLogs:
         self._taken.clear()
         if self._own is not None:
             logging.getLogger("workbench").removeHandler(self._own)
+        if self._own_level is not None:
+            logging.getLogger("workbench").setLevel(self._own_level)
+            self._own_level = None
         self._ours.clear()
         if self._captured_warnings:
             logging.captureWarnings(False)
