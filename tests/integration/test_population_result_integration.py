@@ -194,8 +194,8 @@ def _exploits(
     """The exploits of a population of the two members under the experiment's PBT (the
     scheduler the workbench builds for ``exploit_test``), and by trial id whether each of
     its results was the found member's evaluation."""
+    from tests.support.schedulers import built_scheduler
     from workbench.experiment.resolve import load_and_resolve
-    from workbench.run.schedulers import scheduler
 
     folder = tmp_path / exploit_test
     folder.mkdir()
@@ -214,7 +214,7 @@ def _exploits(
         },
         evaluation={"at_end": "none", "every": 2},
     )
-    pbt = scheduler(load_and_resolve(write_experiment(folder / "pop.yaml", data)))
+    pbt = built_scheduler(load_and_resolve(write_experiment(folder / "pop.yaml", data)))
     seen: list[ExploitDecision] = []
     pbt.add_lineage_listener(seen.append)  # type: ignore[attr-defined]
     tuner = tune.Tuner(

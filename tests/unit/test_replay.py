@@ -13,6 +13,7 @@ import yaml
 from ray.tune.schedulers import TrialScheduler
 
 from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.schedulers import built_scheduler
 from workbench.analysis.lineage import Segment
 from workbench.analysis.schedule import (
     replay_experiment,
@@ -24,7 +25,6 @@ from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.experiment.search_space import parse_search_space
 from workbench.lineage_record import LineageRecord
-from workbench.run.schedulers import scheduler
 from workbench.tune_ext.replay import ReplayScheduler
 
 SCHEDULE = [
@@ -47,7 +47,7 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
 def test_a_schedule_is_an_experiment_whose_names_map_to_tune_keys(tmp_path: Path) -> None:
     resolved = load_and_resolve(_experiment(tmp_path))
     assert resolved.tune_keys == {"lr": "lr", "lambda_": "lambda", "num_epochs": "num_epochs"}
-    replay = scheduler(resolved)
+    replay = built_scheduler(resolved)
     assert isinstance(replay, ReplayScheduler)
     assert replay.values_at(1) == {"lr": 1e-3, "lambda": 0.95, "num_epochs": 3}
     assert replay.values_at(5) == {"lr": 5e-4, "lambda": 0.95, "num_epochs": 3}

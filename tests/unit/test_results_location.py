@@ -16,10 +16,10 @@ from ray.train import Checkpoint
 from ray.tune.schedulers.pbt import _PBTTrialState
 
 from tests.support.experiments import small_pbt, tiny_ppo, write_experiment
+from tests.support.schedulers import built_scheduler
 from workbench.experiment.resolve import load_and_resolve, load_saved
 from workbench.names import ARTIFACTS_DIR, RESOLVED_FILE, STORE_FILE
 from workbench.run.launch import missing_store_note, prepare_results_dir, tracking_target
-from workbench.run.schedulers import scheduler
 from workbench.tracking.location import moved_artifact_uri, results_dir_of, results_dir_tag
 from workbench.tracking.writer import OpenRun, StoreWriter
 
@@ -125,7 +125,7 @@ def test_pbts_checkpoints_are_taken_where_the_folder_lies(tmp_path: Path) -> Non
     """Tune rewrites the checkpoints it tracks to a restored folder's place; PBT's held
     checkpoints (carried in the workbench's snapshot) are the workbench's to rewrite."""
     data = small_pbt(tmp_path, search_space={"params": {"lr": {"loguniform": [1e-4, 1e-2]}}})
-    pbt: Any = scheduler(load_and_resolve(write_experiment(tmp_path, data)))
+    pbt: Any = built_scheduler(load_and_resolve(write_experiment(tmp_path, data)))
     trial = _Trial(tmp_path / "copy" / "pop" / "PPO_00000")
     pbt._trial_state[trial] = _PBTTrialState(trial)
     ran = "/ran/results/pop/PPO_00000/checkpoint_000003"

@@ -98,11 +98,11 @@ def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
 def test_population_based_schedulers_are_synchronous_when_asked(
     tmp_path: Path, kind: str, synch: bool
 ) -> None:
-    from workbench.run.schedulers import scheduler
+    from tests.support.schedulers import built_scheduler
 
     section = {"type": kind, "quantile_fraction": 0.5, "synch": synch}
     data = tiny_ppo(tmp_path, scheduler=section, search_space=PBT_SPACE)
-    built = scheduler(load_and_resolve(write_experiment(tmp_path, data)))
+    built = built_scheduler(load_and_resolve(write_experiment(tmp_path, data)))
     assert built._synch is synch  # type: ignore[attr-defined]
 
 

@@ -362,9 +362,9 @@ def test_schedulers_and_searchers_rank_by_the_score_or_the_short_evaluation(file
     """Never by RLlib's per-iteration mean return: PBT and PB2 by the members' short
     evaluations (scheduler.rank_on: evaluation, the default) or the score; ASHA by the
     score; Optuna's study by a trial's best short evaluation (its score without them)."""
+    from tests.support.schedulers import built_scheduler, built_searcher
     from workbench.experiment.loading import load_experiment
     from workbench.experiment.resolve import resolve
-    from workbench.run.schedulers import scheduler, search_algorithm
     from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
 
     path = Path(__file__).resolve().parents[2] / "experiments" / file
@@ -376,9 +376,9 @@ def test_schedulers_and_searchers_rank_by_the_score_or_the_short_evaluation(file
         expected = CANDIDATE_RETURN_METRIC if by_evaluation else SCORE_METRIC
     else:
         expected = SCORE_METRIC
-    assert scheduler(resolved)._metric == expected
+    assert built_scheduler(resolved)._metric == expected
     if experiment.search.type == "optuna":  # random search ranks nothing
-        searcher = search_algorithm(resolved)
+        searcher = built_searcher(resolved)
         inner = getattr(searcher, "searcher", searcher)  # behind a ConcurrencyLimiter
         evaluated = experiment.evaluation.every > 0
         assert inner.metric == (CANDIDATE_BEST_METRIC if evaluated else SCORE_METRIC)

@@ -491,8 +491,8 @@ def test_explore_perturbs_only_the_searched_keys_of_a_copy() -> None:
 
 def test_the_experiments_pbt_explores_by_its_blocks(tmp_path: Path) -> None:
     from tests.support.experiments import small_pbt, write_experiment
+    from tests.support.schedulers import built_scheduler
     from workbench.experiment.resolve import load_and_resolve
-    from workbench.run.schedulers import scheduler
     from workbench.tune_ext.pbt import WorkbenchPBT
 
     data = small_pbt(
@@ -502,7 +502,7 @@ def test_the_experiments_pbt_explores_by_its_blocks(tmp_path: Path) -> None:
         search_space={"params": {"num_epochs": {"randint": [1, 30]}}},
         scheduler={"type": "pbt", "quantile_fraction": 0.5, "resample_probability": 0.0},
     )
-    pbt = scheduler(load_and_resolve(write_experiment(tmp_path / "pop.yaml", data)))
+    pbt = built_scheduler(load_and_resolve(write_experiment(tmp_path / "pop.yaml", data)))
     assert isinstance(pbt, WorkbenchPBT)
 
     donor = SimpleNamespace(config={"num_epochs": 2, "lr": 0.001})

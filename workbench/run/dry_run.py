@@ -25,7 +25,7 @@ def planned_trials(
 
         # Its study lives in memory for the draw: Optuna's "A new study created" is noise.
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    algorithm = search_algorithm(resolved)
+    algorithm = search_algorithm(resolved.experiment, resolved.results_dir, resolved.tune_keys)
     if isinstance(algorithm, Searcher):  # as Tune wraps a searcher
         algorithm = SearchGenerator(algorithm)
     algorithm.set_search_properties(None, None, space)

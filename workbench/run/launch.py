@@ -196,7 +196,9 @@ def _session(
         ),
     )
     table.stopper = stopper
-    trial_scheduler = scheduler(resolved)
+    trial_scheduler = scheduler(
+        exp.scheduler, resolved.tune_space, seed=exp.seed, keys=resolved.tune_keys
+    )
     if hasattr(trial_scheduler, "all_run_at_once"):
         trial_scheduler.all_run_at_once = all_at_once  # no fair-share pauses (NoIdlePause)
     add_listener = getattr(trial_scheduler, "add_lineage_listener", None)
@@ -220,7 +222,7 @@ def _session(
     callbacks.append(StopperWatch(stopper))  # stateless: after the ones restored by position
     tune_config = tune.TuneConfig(
         scheduler=trial_scheduler,
-        search_alg=search_algorithm(resolved),
+        search_alg=search_algorithm(exp, resolved.results_dir, resolved.tune_keys),
         num_samples=exp.population,
         # stop.wall_time_s is the stopper's (RulesStopper), counted across sessions.
         max_concurrent_trials=exp.max_concurrent,

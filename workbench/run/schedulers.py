@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import random
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
 
-from workbench.experiment.resolve import ResolvedExperiment
+from workbench.experiment.schema import Experiment, SchedulerSection
 from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import SCORE_METRIC
 from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
@@ -37,12 +38,18 @@ def _clamped(config: dict[str, Any], space: dict[str, ParamSpec]) -> dict[str, A
     return clamp_config(config, space)
 
 
-def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
-    exp = resolved.experiment
-    section = exp.scheduler
-    space = resolved.tune_space
+def scheduler(
+    section: SchedulerSection,
+    space: dict[str, ParamSpec],
+    *,
+    seed: int,
+    keys: dict[str, str],
+) -> TrialScheduler:
+    """The experiment's trial scheduler: its scheduler ``section`` over the search
+    ``space`` keyed as Tune's param_space spells it (``keys``: public name -> that key,
+    which a replay's schedule needs), with the experiment's ``seed``."""
     # PBT's exploit/explore choices use Python's global random module.
-    random.seed(exp.seed)
+    random.seed(seed)
     if section.type in ("pbt", "pb2"):
         # Decisions wait for a result with the metric: with rank_on: evaluation, one
         # with a fresh short evaluation of the member's policy.
@@ -99,7 +106,7 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
         pb2.explore_in_log(key for key, spec in space.items() if "log" in spec.kind)
         return pb2
     if section.type == "replay":
-        return replay_scheduler(section, resolved.tune_keys)
+        return replay_scheduler(section, keys)
     if section.type == "asha":
         return WorkbenchASHA(
             time_attr=TIME_ATTR,
@@ -113,8 +120,11 @@ def scheduler(resolved: ResolvedExperiment) -> TrialScheduler:
     return WorkbenchFIFO()
 
 
-def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher:
-    exp = resolved.experiment
+def search_algorithm(
+    exp: Experiment, results_dir: Path, keys: dict[str, str]
+) -> SearchAlgorithm | Searcher:
+    """How the experiment's trials are drawn: Optuna's study in ``results_dir`` (its
+    parameters by public name, ``keys`` mapping them to Tune's), or random search."""
     seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
         # Its study in the results folder (optuna.db), which Optuna's tools open.
@@ -122,13 +132,13 @@ def search_algorithm(resolved: ResolvedExperiment) -> SearchAlgorithm | Searcher
         # nominates the population's result (its training score without evaluations).
         metric = CANDIDATE_BEST_METRIC if exp.evaluation.every else SCORE_METRIC
         searcher: Searcher = StudySearch(
-            resolved.results_dir,
+            results_dir,
             exp.name,
             metric=metric,
             mode="max",
             seed=seed,
             n_startup_trials=exp.search.startup_trials,
-            names={key: name for name, key in resolved.tune_keys.items() if key != name},
+            names={key: name for name, key in keys.items() if key != name},
         )
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)
