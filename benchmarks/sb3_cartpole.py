@@ -34,7 +34,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/sb3_cartpole.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.sb3_member import zoo_entry
+from benchmarks.sb3_member import linear_schedule, zoo_entry
 from benchmarks.zoo_reference import Crossing
 
 ENV_ID = "CartPole-v1"
@@ -52,8 +52,7 @@ def zoo_hyperparameters(sets: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"--set {item}: KEY=VALUE with KEY one of {sorted(params)}")
         value = yaml.safe_load(text)
         if isinstance(value, str) and value.startswith("lin_"):
-            start = float(value[4:])
-            value = lambda progress, start=start: progress * start  # noqa: E731
+            value = linear_schedule(value)
         params[key.strip()] = value
     return params
 

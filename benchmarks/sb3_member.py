@@ -27,6 +27,12 @@ from typing import Any
 STARTED = time.perf_counter()
 
 
+def linear_schedule(value: str) -> Any:
+    """RL Zoo's ``lin_X``: X times SB3's remaining progress."""
+    start = float(value[4:])
+    return lambda progress: progress * start
+
+
 def zoo_entry(env_id: str) -> dict[str, Any]:
     """RL Zoo's PPO entry for `env_id` as SB3 arguments, plus its ``normalize`` and
     ``n_envs`` (popped by the caller)."""
@@ -39,8 +45,7 @@ def zoo_entry(env_id: str) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for key, value in entry.items():
         if isinstance(value, str) and value.startswith("lin_"):
-            start = float(value[4:])
-            params[key] = lambda progress, start=start: progress * start
+            params[key] = linear_schedule(value)
         elif key == "policy_kwargs" and isinstance(value, str):
             # RL Zoo evaluates this string (e.g. "dict(log_std_init=-3.29, ortho_init=False)").
             params[key] = eval(value, {"__builtins__": {}}, {"dict": dict, "nn": torch.nn})

@@ -255,6 +255,18 @@ def _exploit(target: str, source: str, at: int, time: float) -> ExploitDecision:
     )
 
 
+def _two_trials_two_results(tracker: MlflowTracker) -> tuple[FakeTrial, FakeTrial, list[FakeTrial]]:
+    """Trials a and b (b with the larger lr) started, with two results each."""
+    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
+    trials = [a, b]
+    for trial in trials:
+        tracker.on_trial_start(0, trials, trial)
+    for it in (1, 2):
+        tracker.on_trial_result(it, trials, a, _result(it, a.config))
+        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    return a, b, trials
+
+
 def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
     tmp_path: Path,
 ) -> None:
@@ -264,13 +276,7 @@ def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
     # times". Exploit 0 is now in the snapshot, and written once a restarts.
     tracker, _ = _tracker(tmp_path, [])
     tracker.setup()
-    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
-    trials = [a, b]
-    for trial in trials:
-        tracker.on_trial_start(0, trials, trial)
-    for it in (1, 2):
-        tracker.on_trial_result(it, trials, a, _result(it, a.config))
-        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    a, b, trials = _two_trials_two_results(tracker)
     tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 3, 1.0))  # on a's 3rd result
     tracker.on_trial_result(3, trials, a, _result(3, a.config))
     tracker.on_exploit(_exploit(b.trial_id, a.trial_id, 3, 2.0))
@@ -366,13 +372,7 @@ def test_exploits_decided_after_the_last_snapshot_are_rolled_back_with_it(
     # kept 2, lost 1, and check_sequence said "seq 1 missing".
     tracker, _ = _tracker(tmp_path, [])
     tracker.setup()
-    a, b = FakeTrial("abc_00000", dict(CONFIG)), FakeTrial("abc_00001", dict(CONFIG, lr=0.01))
-    trials = [a, b]
-    for trial in trials:
-        tracker.on_trial_start(0, trials, trial)
-    for it in (1, 2):
-        tracker.on_trial_result(it, trials, a, _result(it, a.config))
-        tracker.on_trial_result(it, trials, b, _result(it, b.config))
+    a, b, trials = _two_trials_two_results(tracker)
     tracker.on_exploit(_exploit(a.trial_id, b.trial_id, 3, 1.0))  # exploit 0, on a's 3rd
     tracker.on_trial_result(3, trials, a, _result(3, a.config))
     tracker.on_trial_result(4, trials, a, _result(4, a.config))  # a restarted: 0 written

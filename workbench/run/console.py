@@ -96,7 +96,7 @@ class LibraryLogs:
         self._ours: set[logging.Logger] = set()  # the taken loggers that write to ours
         self._captured_warnings = False
         self._own: logging.Handler | None = None  # the workbench's warnings on stderr
-        self._own_level: int | None = None  # the workbench logger's level before
+        self._own_level_set = False  # the workbench logger was NOTSET: INFO while we run
 
     def __enter__(self) -> LibraryLogs:
         # Whether warnings were captured already (the stdlib keeps no public flag).
@@ -117,7 +117,7 @@ class LibraryLogs:
         # the log file: the root logger would pass on only warnings.
         own = logging.getLogger("workbench")
         if own.level == logging.NOTSET:
-            self._own_level = own.level
+            self._own_level_set = True
             own.setLevel(logging.INFO)
         return self
 
@@ -191,9 +191,9 @@ class LibraryLogs:
         self._taken.clear()
         if self._own is not None:
             logging.getLogger("workbench").removeHandler(self._own)
-        if self._own_level is not None:
-            logging.getLogger("workbench").setLevel(self._own_level)
-            self._own_level = None
+        if self._own_level_set:
+            logging.getLogger("workbench").setLevel(logging.NOTSET)
+            self._own_level_set = False
         self._ours.clear()
         if self._captured_warnings:
             logging.captureWarnings(False)

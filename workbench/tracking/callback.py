@@ -38,6 +38,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from workbench.files import write_atomic
 from workbench.lineage_record import ExploitDecision, LineageRecord
 from workbench.names import (
     CHECKPOINT_FALLBACK_KEY,
@@ -260,9 +261,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             return
         with (self.target.results_dir / LINEAGE_ROLLED_BACK_FILE).open("a") as f:
             f.write("".join(line + "\n" for line in rolled_back))
-        staged = path.with_name(path.name + ".tmp")
-        staged.write_text("".join(line + "\n" for line in kept))
-        staged.replace(path)
+        write_atomic(path, "".join(line + "\n" for line in kept))
         self._rolled_back = True
         self._event(
             f"lineage: {len(rolled_back)} exploit(s) decided after the last snapshot are "

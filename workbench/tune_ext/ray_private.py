@@ -108,17 +108,22 @@ def raylet_messages_logged(logger_name: str = "ray") -> Iterator[None]:
         worker.print_to_stdstream = printed
 
 
+def _newest_snapshot(results_dir: Path) -> Path | None:
+    """Tune's newest ``experiment_state-*.json`` in the folder, the one a restore reads."""
+    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
+
+    newest = _find_newest_experiment_checkpoint(str(results_dir))
+    return None if newest is None else Path(newest)
+
+
 def reopen_trials(results_dir: Path, trial_ids: Collection[str]) -> None:
     """Marks these TERMINATED trials PAUSED in Tune's newest experiment snapshot (its
     ``experiment_state-*.json``: one JSON state per trial), so that ``Tuner.restore``
     resumes them from their newest checkpoints: Tune resumes unfinished trials only, and
     a budget that ran out ended them as if they had met their own stop rules."""
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-
-    newest = _find_newest_experiment_checkpoint(str(results_dir))
-    if newest is None:
+    path = _newest_snapshot(results_dir)
+    if path is None:
         raise FileNotFoundError(f"no experiment_state-*.json in {results_dir}")
-    path = Path(newest)
     data = json.loads(path.read_text())
     for entry in data["trial_data"]:
         state = json.loads(entry[0])
@@ -143,12 +148,9 @@ def forget_in_flight_decisions(results_dir: Path) -> list[str]:
     that a budget made while a trial was saving ended the trial again after one
     iteration when a resume with a larger budget reopened it. Every trial of a resume
     starts from its checkpoint, so no decision from before applies."""
-    from ray.tune.execution.experiment_state import _find_newest_experiment_checkpoint
-
-    newest = _find_newest_experiment_checkpoint(str(results_dir))
-    if newest is None:
+    path = _newest_snapshot(results_dir)
+    if path is None:
         return []
-    path = Path(newest)
     data = json.loads(path.read_text())
     runner = data.get("runner_data")
     if not isinstance(runner, dict):
