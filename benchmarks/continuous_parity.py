@@ -82,7 +82,7 @@ def run_main(
         data["storage"] = folder
         path.write_text(yaml.safe_dump(data))
         resolved = load_and_resolve(path, check_results=False)
-    config = algorithm_config(resolved).env_runners(num_env_runners=0)
+    config = algorithm_config(resolved.experiment, resolved.defaults).env_runners(num_env_runners=0)
     algo = config.build_algo()
     env_id = resolved.experiment.env.id
     env_config = dict(resolved.experiment.env.config)

@@ -232,7 +232,7 @@ def workbench_config(
     path.write_text(yaml.safe_dump(experiment, sort_keys=False))
     resolved = load_and_resolve(path, check_results=False)
     print(f"  workbench {resolved.defaults.summary()}", file=sys.stderr)
-    return algorithm_config(resolved).debugging(seed=seed)
+    return algorithm_config(resolved.experiment, resolved.defaults).debugging(seed=seed)
 
 
 def builder(arm: str, batch: int, folder: Path) -> Callable[[int], Any]:

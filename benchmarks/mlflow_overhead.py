@@ -126,7 +126,7 @@ def collect_real_results(count: int) -> list[dict[str, Any]]:
         resolved = load_and_resolve(str(EXPERIMENT), [f"storage={tmp}"], check_results=False)
         ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING)
         try:
-            algo = algorithm_config(resolved).build_algo()
+            algo = algorithm_config(resolved.experiment, resolved.defaults).build_algo()
             try:
                 results = []
                 for i in range(count):

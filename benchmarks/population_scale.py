@@ -282,7 +282,7 @@ def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
     from workbench.trial.config import build_config
 
     resolved = load_and_resolve(write_experiment(4, args, folder, "probe"))
-    config = build_config(resolved)
+    config = build_config(resolved.experiment, resolved.defaults)
     probes = []
     for _ in range(1 if args.quick else 3):  # a probe is a few seconds: the median of three
         try:
@@ -302,7 +302,8 @@ _START = """
 import resource, sys
 from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import build_config
-config = build_config(load_and_resolve(sys.argv[1])).env_runners(num_env_runners=0)
+resolved = load_and_resolve(sys.argv[1])
+config = build_config(resolved.experiment, resolved.defaults).env_runners(num_env_runners=0)
 algo = config.build_algo()
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(usage.ru_utime + usage.ru_stime)

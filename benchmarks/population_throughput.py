@@ -233,7 +233,7 @@ def parts_main(task_name: str, folder: Path) -> int:
     task = TASKS[task_name]
     resolved = resolved_experiment(experiment_data(task, 2, 1, 1, folder, "parts"), folder)
     exp = resolved.experiment
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     batch = int(config.train_batch_size_per_learner)
     n = exp.resources.env_runners.envs_per_runner
     env_config = dict(exp.env.config)
@@ -328,7 +328,7 @@ def run_rllib(
         experiment_data(task, population, args.iterations, args.cpus, folder, "rllib")
     )
     resolved = resolved_experiment(data, folder)
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     tuner = tune.Tuner(
         config.algo_class,
         param_space=param_space(resolved.tune_space, config),

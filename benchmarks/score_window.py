@@ -48,7 +48,8 @@ def _algorithm(seed: int) -> Any:
     from workbench.trial.config import build_config
 
     experiment = load_experiment(EXPERIMENT, [f"seed={seed}", "storage=/tmp/score_window"])
-    config = build_config(resolve(experiment, EXPERIMENT, check_results=False))
+    resolved = resolve(experiment, EXPERIMENT, check_results=False)
+    config = build_config(resolved.experiment, resolved.defaults)
     return config.training(**HYPERPARAMETERS).debugging(seed=seed).build_algo()
 
 

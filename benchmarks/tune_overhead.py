@@ -127,7 +127,7 @@ def measure_exploits(args: argparse.Namespace, folder: Path) -> dict[str, list[f
     from workbench.trial.trainable import seeded_trainable
 
     resolved = resolved_experiment(experiment_data(args, folder, "exploit"), folder)
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     # The class the workbench hands Tune (per-trial seeds, reset_config).
     actor_cls = ray.remote(num_cpus=args.cpus_per_trial)(seeded_trainable(config.algo_class))
     figures: dict[str, list[float]] = {
@@ -210,7 +210,7 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
     from workbench.trial.config import algorithm_config, param_space
 
     resolved = resolved_experiment(experiment_data(args, folder, "tune"), folder)
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
         metric=RETURN_METRIC,

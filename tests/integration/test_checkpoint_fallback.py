@@ -87,7 +87,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(
     checkpoints = sorted(trial_dir.glob("checkpoint_*"))
     for checkpoint in checkpoints:
         _truncate(checkpoint / STATE)
-    trainable = seeded_trainable(build_config(resolved).algo_class)(config=build_config(resolved))
+    config = build_config(resolved.experiment, resolved.defaults)
+    trainable = seeded_trainable(config.algo_class)(config=config)
     try:
         with pytest.raises(CheckpointDamaged, match="no intact checkpoint to restore") as info:
             trainable.restore(str(checkpoints[-1]))

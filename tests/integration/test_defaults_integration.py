@@ -21,7 +21,7 @@ def test_a_built_trial_has_the_small_network_and_one_torch_thread(tmp_path: Path
     resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
-    algo = algorithm_config(resolved).build_algo()
+    algo = algorithm_config(resolved.experiment, resolved.defaults).build_algo()
     try:
         assert torch.get_num_threads() == 1
         # The learner's module (the runners' is inference-only: no value network).

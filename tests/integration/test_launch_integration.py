@@ -9,9 +9,8 @@ from typing import Any
 
 from ray.tune.result import TRIAL_INFO
 
+from tests.support.configs import config_of_file
 from tests.support.experiments import tiny_ppo, write_experiment
-from workbench.experiment.resolve import load_and_resolve
-from workbench.trial.config import algorithm_config
 from workbench.trial.trainable import seeded_trainable, trial_seed
 
 
@@ -23,7 +22,7 @@ def test_reset_config_rebuilds_the_algorithm_for_the_next_trial_in_the_same_proc
     trial). The algorithm must be the one a new actor would have built."""
     training = {"train_batch_size_per_learner": 128, "num_epochs": 1}
     path = write_experiment(tmp_path, tiny_ppo(tmp_path, training=training, stop={"iterations": 1}))
-    config = algorithm_config(load_and_resolve(path))
+    config = config_of_file(path)
     trainable = seeded_trainable(config.algo_class)
 
     def trial_config(index: int, lr: float) -> dict[str, Any]:

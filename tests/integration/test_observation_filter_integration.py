@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.configs import config_of_file
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.experiment.resolve import load_and_resolve
@@ -38,7 +39,7 @@ def _trainable(tmp_path: Path) -> Any:
         resources={"env_runners": {"envs_per_runner": 4}},
     )
     resolved = load_and_resolve(write_experiment(tmp_path, data))
-    config = build_config(resolved)
+    config = build_config(resolved.experiment, resolved.defaults)
     return seeded_trainable(config.algo_class)(config=config)
 
 
@@ -131,7 +132,7 @@ def test_a_trial_with_remote_runners_checkpoints_their_merged_statistics(
             "env_runners": {"count": 1, "envs_per_runner": 4, "cpus_each": 0.5},
         },
     )
-    config = build_config(load_and_resolve(write_experiment(tmp_path, data)))
+    config = config_of_file(write_experiment(tmp_path, data))
     trainable = seeded_trainable(config.algo_class)(config=config)
     try:
         trainable.train()

@@ -152,7 +152,11 @@ def _run_and_watch(
     resolved = experiment(tmp_path, resources)
     record = tmp_path / "where.jsonl"
     fake_gpus = fake_gpu_trials(record)
-    plan = make_plan(resolved, live_cluster(), config=build_config(resolved, fake_gpus))
+    plan = make_plan(
+        resolved,
+        live_cluster(),
+        config=build_config(resolved.experiment, resolved.defaults, fake_gpus),
+    )
     configured: list[Any] = []
 
     def configure(config: Any) -> Any:

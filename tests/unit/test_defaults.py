@@ -101,7 +101,7 @@ def test_rllib_asked_for_is_rllib_even_where_small_env_fits() -> None:
 def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Path) -> None:
     data = tiny_ppo(tmp_path, training={"train_batch_size_per_learner": 2000})
     resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     assert config.model_config["fcnet_hiddens"] == [64, 64]
     assert config.model_config["fcnet_activation"] == "tanh"
     assert config.model_config["vf_share_layers"] is False
@@ -110,7 +110,7 @@ def test_the_rllib_config_carries_the_small_env_model_and_minibatch(tmp_path: Pa
 
     data = tiny_ppo(tmp_path, defaults="rllib", training={"train_batch_size_per_learner": 2000})
     resolved = load_and_resolve(write_experiment(tmp_path, data), check_results=False)
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     default = type(config)()
     assert config.model_config == default.model_config  # RLlib's 256x256
     assert config.minibatch_size == default.minibatch_size

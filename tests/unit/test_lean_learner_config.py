@@ -12,10 +12,9 @@ from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
 from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
 
 from tests.support.bad_files import problem_about, rejected
+from tests.support.configs import config_of_file
 from tests.support.experiments import tiny_ppo, write_experiment
-from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.clip_schedule import CLIP_SCHEDULE_KEY
-from workbench.trial.config import algorithm_config
 from workbench.trial.lean_dqn import LeanDQNTorchLearner
 from workbench.trial.lean_learner import LeanPPOTorchLearner
 
@@ -27,7 +26,7 @@ def experiment(tmp_path: Path, **fields: Any) -> Path:
 
 
 def config_of(path: Path) -> Any:
-    return algorithm_config(load_and_resolve(path, check_results=False))
+    return config_of_file(path)
 
 
 def test_ppo_trials_get_the_lean_learner_unless_the_file_asks_for_rllibs(tmp_path: Path) -> None:

@@ -15,10 +15,9 @@ import torch
 from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 from ray.rllib.utils.filter import MeanStdFilter
 
+from tests.support.configs import config_of_file
 from tests.support.env_runners import runner_config
 from tests.support.experiments import tiny_ppo, write_experiment
-from workbench.experiment.resolve import load_and_resolve
-from workbench.trial.config import algorithm_config
 from workbench.trial.fast_runner import FastEnvRunner
 from workbench.trial.observation_filter import (
     BatchFilter,
@@ -37,18 +36,14 @@ def _experiment(tmp_path: Path, **fields: Any) -> Path:
 def test_a_normalising_trial_samples_with_the_fast_runner_behind_rllibs_filter(
     tmp_path: Path,
 ) -> None:
-    config = algorithm_config(load_and_resolve(_experiment(tmp_path), check_results=False))
+    config = config_of_file(_experiment(tmp_path))
     assert config._env_to_module_connector is mean_std_filter
     assert config.env_runner_cls is FastEnvRunner
-    config = algorithm_config(
-        load_and_resolve(_experiment(tmp_path, env_runner="rllib"), check_results=False)
-    )
+    config = config_of_file(_experiment(tmp_path, env_runner="rllib"))
     assert config._env_to_module_connector is mean_std_filter
     assert config.env_runner_cls in (None, SingleAgentEnvRunner)
     plain = tiny_ppo(tmp_path, env={"id": "sim_ext/MountainCarContinuous-v0"})
-    config = algorithm_config(
-        load_and_resolve(write_experiment(tmp_path, plain), check_results=False)
-    )
+    config = config_of_file(write_experiment(tmp_path, plain))
     assert config._env_to_module_connector is None and config.env_runner_cls is FastEnvRunner
 
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import workbench.plan.preflight as plan_module
+from tests.support.configs import config_of_file
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
@@ -34,7 +35,7 @@ from workbench.plan.resources import (
     trial_request,
     unfit_reasons,
 )
-from workbench.trial.config import algorithm_config, build_config
+from workbench.trial.config import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_LEARNER: dict[str, Any] = {
@@ -151,8 +152,8 @@ def test_the_json_schema_accepts_both_spellings_and_rejects_unknown_runner_keys(
 
 
 def test_the_algorithm_config_carries_the_section(tmp_path: Path) -> None:
-    config = algorithm_config(
-        resolved(
+    config = config_of_file(
+        experiment(
             tmp_path,
             {
                 **GPU_LEARNER,
@@ -168,7 +169,7 @@ def test_the_algorithm_config_carries_the_section(tmp_path: Path) -> None:
     )
     assert (config.num_learners, config.num_gpus_per_learner) == (1, 1)
     assert (config.num_cpus_per_learner, config.placement_strategy) == ("auto", "SPREAD")
-    sync = algorithm_config(resolved(tmp_path, {"env_runners": {"vectorize": "sync"}}))
+    sync = config_of_file(experiment(tmp_path, {"env_runners": {"vectorize": "sync"}}))
     assert sync.gym_env_vectorize_mode == "sync"
 
 
@@ -189,7 +190,7 @@ def test_the_algorithm_config_carries_the_section(tmp_path: Path) -> None:
 def test_the_bundles_are_exactly_what_rllib_requests(
     tmp_path: Path, resources: dict[str, Any]
 ) -> None:
-    config = algorithm_config(resolved(tmp_path, resources))
+    config = config_of_file(experiment(tmp_path, resources))
     factory = config.algo_class.default_resource_request(config)
     request = trial_request(config)
     assert bundles(request) == [{k: v for k, v in b.items() if v} for b in factory.bundles]
@@ -198,7 +199,7 @@ def test_the_bundles_are_exactly_what_rllib_requests(
 
 
 def test_the_bundles_are_named_by_what_they_hold(tmp_path: Path) -> None:
-    request = trial_request(algorithm_config(resolved(tmp_path, GPU_LEARNER)))
+    request = trial_request(config_of_file(experiment(tmp_path, GPU_LEARNER)))
     assert [(b.role, b.resources) for b in request.bundles] == [
         ("main process", {"CPU": 1.0}),
         ("env runner 1", {"CPU": 1.0}),
@@ -206,7 +207,7 @@ def test_the_bundles_are_named_by_what_they_hold(tmp_path: Path) -> None:
         ("env runner 3", {"CPU": 1.0}),
         ("learner 1", {"GPU": 1.0}),  # RLlib books a GPU learner at 0 CPUs ('auto')
     ]
-    local = trial_request(algorithm_config(resolved(tmp_path, {"gpus_per_learner": 0.5})))
+    local = trial_request(config_of_file(experiment(tmp_path, {"gpus_per_learner": 0.5})))
     assert [(b.role, b.resources) for b in local.bundles] == [
         ("main process + learner", {"CPU": 1.0, "GPU": 0.5})
     ]
@@ -397,7 +398,10 @@ def test_an_unfit_plan_says_why_with_the_numbers_and_what_would_fit(
     for fragment in (*fragments, f"--cluster {spec} [", "PENDING forever"):
         assert fragment in problem.message, problem.message
     assert f"It would fit with {fixes[0]}" in problem.message
-    assert what_would_fit(res, build_config(res), plan.request, cluster(spec)) == fixes
+    assert (
+        what_would_fit(res, build_config(res.experiment, res.defaults), plan.request, cluster(spec))
+        == fixes
+    )
 
 
 @pytest.mark.parametrize(
@@ -417,7 +421,9 @@ def test_every_suggested_fix_fits_when_written_into_the_file(
     plan = make_plan(load_and_resolve(path, check_results=False), cluster(spec))
     assert not plan.fits
     res = load_and_resolve(path, check_results=False)
-    fixes = what_would_fit(res, build_config(res), plan.request, cluster(spec))
+    fixes = what_would_fit(
+        res, build_config(res.experiment, res.defaults), plan.request, cluster(spec)
+    )
     assert fixes, plan.problems
     for fix in fixes:
         # Each one reads as `field: value [and field: value]`, what a user would write.
@@ -549,7 +555,7 @@ def test_preflight_refuses_a_trial_that_can_never_fit(
     _live(monkeypatch, cluster("cpus=2"))
     res = resolved(tmp_path, GPU_LEARNER)
     with pytest.raises(ExperimentError) as info:
-        preflight(res, build_config(res))
+        preflight(res, build_config(res.experiment, res.defaults))
     assert info.value.exit_code == 2
     assert "needs CPU 4 and the cluster has 2 in total" in str(info.value)
     assert not res.results_dir.exists()
@@ -562,7 +568,7 @@ def test_preflight_waits_for_nodes_to_join_when_asked(
     monkeypatch.setenv(plan_module.WAIT_ENV, "60")
     monkeypatch.setattr(plan_module.time, "sleep", lambda s: None)
     res = resolved(tmp_path, GPU_LEARNER)
-    plan = preflight(res, build_config(res))
+    plan = preflight(res, build_config(res.experiment, res.defaults))
     assert plan.fits and plan.concurrent == 1
     captured = capsys.readouterr()
     assert captured.err.count("waiting for the cluster to grow") == 2
@@ -574,7 +580,7 @@ def test_preflight_falls_back_to_cpu_learners_loudly(
 ) -> None:
     _live(monkeypatch, cluster("cpus=8"))
     res = resolved(tmp_path, {**GPU_LEARNER, "no_gpu": "cpu_fallback"})
-    config = build_config(res)
+    config = build_config(res.experiment, res.defaults)
     plan: Plan = preflight(res, config)
     assert plan.cpu_fallback
     # The run goes on with the plan's experiment and config: CPU learners.
@@ -601,7 +607,7 @@ def test_preflight_on_a_multi_node_cluster_checks_the_nodes(
 
     monkeypatch.setattr(plan_module, "check_nodes", check_nodes)
     res = resolved(tmp_path, {"cpus_main": 1})
-    preflight(res, build_config(res))
+    preflight(res, build_config(res.experiment, res.defaults))
     assert checked == [(res.file, res.results_dir.parent)]
     assert "workbench: WARNING: results storage X is not shared" in capsys.readouterr().err
 

@@ -54,7 +54,9 @@ def _loggers(tmp_path: Path) -> tuple[Any, Any]:
         tmp_path, small_pbt(tmp_path, search_space={"params": {"lr": {"loguniform": [1e-4, 1e-2]}}})
     )
     resolved = load_and_resolve(path)
-    callbacks = _session(resolved, build_config(resolved), progress_interval_s=1e9)
+    callbacks = _session(
+        resolved, build_config(resolved.experiment, resolved.defaults), progress_interval_s=1e9
+    )
     given = callbacks.run_config.callbacks
     json_logger = next((c for c in given if isinstance(c, JsonLoggerCallback)), None)
     csv_logger = next((c for c in given if isinstance(c, CSVLoggerCallback)), None)

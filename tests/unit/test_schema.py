@@ -19,6 +19,7 @@ import ray
 import yaml
 
 from tests.support.bad_files import problem_about, rejected
+from tests.support.configs import config_of_file
 from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.cli import main
 from workbench.errors import ExperimentError
@@ -73,14 +74,14 @@ def test_reporting_settings_reach_rllib_and_unset_ones_keep_the_algorithms(
     from workbench.trial.config import algorithm_config
 
     data = tiny_ppo(tmp_path, algorithm="IMPALA")
-    config = algorithm_config(load_and_resolve(write_experiment(tmp_path, data)))
+    config = config_of_file(write_experiment(tmp_path, data))
     assert config.min_time_s_per_iteration == 10  # IMPALA's own
     assert config.metrics_num_episodes_for_smoothing == 100
 
     reporting = {"min_time_s_per_iteration": 1.5, "metrics_num_episodes_for_smoothing": 20}
     data = tiny_ppo(tmp_path, algorithm="IMPALA", reporting=reporting)
     resolved = load_and_resolve(write_experiment(tmp_path, data))
-    config = algorithm_config(resolved)
+    config = algorithm_config(resolved.experiment, resolved.defaults)
     assert config.min_time_s_per_iteration == 1.5
     assert config.metrics_num_episodes_for_smoothing == 20
     assert (

@@ -302,7 +302,7 @@ def make_plan(
     res = exp.resources
     where = str(resolved.file)
     if config is None:
-        config = build_config(resolved)
+        config = build_config(resolved.experiment, resolved.defaults)
     request = request_for(resolved.file, config)
     warnings: list[str] = []
     problems: list[Problem] = []

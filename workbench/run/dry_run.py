@@ -18,7 +18,7 @@ def planned_trials(
     """The trials `workbench.run.launch.run` would start: (name, searched values by their
     public names), drawn as the run draws them, by the same searcher seeded the same over
     the same param_space. Starts no Ray and writes nothing."""
-    config = build_config(resolved, configure)
+    config = build_config(resolved.experiment, resolved.defaults, configure)
     space = param_space(resolved.tune_space, config)
     if resolved.experiment.search.type == "optuna":
         import optuna

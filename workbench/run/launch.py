@@ -480,7 +480,7 @@ def run(
             raise ExperimentError(problems)
         start_ray(address, dashboard=dashboard)
         resolved, config, all_at_once = _checked(
-            resolved, build_config(resolved, configure), address
+            resolved, build_config(resolved.experiment, resolved.defaults, configure), address
         )
         prepare_results_dir(resolved)
         logs.open_file(resolved.results_dir, "run")
@@ -538,7 +538,7 @@ def resume(
             )
         start_ray(address)
         resolved, config, all_at_once = _checked(
-            resolved, build_config(resolved, configure), address
+            resolved, build_config(resolved.experiment, resolved.defaults, configure), address
         )
         record_ray_session(resolved.results_dir)
         if stop_changed:

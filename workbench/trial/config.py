@@ -14,7 +14,6 @@ from workbench.experiment import envpool_envs
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS, config_class
 from workbench.experiment.combination_checks import lean_learner_applies
 from workbench.experiment.defaults import Defaults
-from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import ParamSpec
 from workbench.trial.callbacks import callbacks_class
@@ -68,9 +67,9 @@ def vectorize_mode(exp: Experiment) -> str:
     return mode
 
 
-def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
-    """The RLlib config of every trial of this experiment (before Tune samples it)."""
-    exp = resolved.experiment
+def algorithm_config(exp: Experiment, defaults: Defaults) -> AlgorithmConfig:
+    """The RLlib config of every trial of this experiment (before Tune samples it), with
+    the defaults `resolve` chose for it."""
     training = dict(exp.training)
     clip_schedule = training.get("clip_param")
     if isinstance(clip_schedule, list):  # the lean learner's (resolve refuses it elsewhere)
@@ -80,11 +79,11 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
         .environment(env=register_env(exp.env.id), env_config=dict(exp.env.config))
         .training(**training)
         .reporting(**exp.reporting.model_dump(exclude_none=True))
-        .callbacks(callbacks_class(torch_threads=resolved.defaults.torch_threads))
+        .callbacks(callbacks_class(torch_threads=defaults.torch_threads))
         .debugging(seed=exp.seed)
     )
-    apply_resources(config, resolved.experiment)
-    apply_defaults(config, resolved.defaults)
+    apply_resources(config, exp)
+    apply_defaults(config, defaults)
     if exp.env.normalize_observations:
         config.env_runners(env_to_module_connector=mean_std_filter)
     if exp.env_runner == "fast" or (
@@ -105,11 +104,11 @@ def algorithm_config(resolved: ResolvedExperiment) -> AlgorithmConfig:
 
 
 def build_config(
-    resolved: ResolvedExperiment, configure: Configure | None = None
+    exp: Experiment, defaults: Defaults, configure: Configure | None = None
 ) -> AlgorithmConfig:
     """The config a run hands to its plan, its pre-flight and Tune: built once, with the
     caller's ``configure`` (a custom learner class or callbacks, from Python) applied once."""
-    config = algorithm_config(resolved)
+    config = algorithm_config(exp, defaults)
     return configure(config) if configure is not None else config
 
 
