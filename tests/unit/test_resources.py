@@ -398,10 +398,8 @@ def test_an_unfit_plan_says_why_with_the_numbers_and_what_would_fit(
     for fragment in (*fragments, f"--cluster {spec} [", "PENDING forever"):
         assert fragment in problem.message, problem.message
     assert f"It would fit with {fixes[0]}" in problem.message
-    assert (
-        what_would_fit(res, build_config(res.experiment, res.defaults), plan.request, cluster(spec))
-        == fixes
-    )
+    config = build_config(res.experiment, res.defaults)
+    assert what_would_fit(res.experiment, res.file, config, plan.request, cluster(spec)) == fixes
 
 
 @pytest.mark.parametrize(
@@ -421,9 +419,8 @@ def test_every_suggested_fix_fits_when_written_into_the_file(
     plan = make_plan(load_and_resolve(path, check_results=False), cluster(spec))
     assert not plan.fits
     res = load_and_resolve(path, check_results=False)
-    fixes = what_would_fit(
-        res, build_config(res.experiment, res.defaults), plan.request, cluster(spec)
-    )
+    config = build_config(res.experiment, res.defaults)
+    fixes = what_would_fit(res.experiment, path, config, plan.request, cluster(spec))
     assert fixes, plan.problems
     for fix in fixes:
         # Each one reads as `field: value [and field: value]`, what a user would write.

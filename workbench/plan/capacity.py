@@ -257,13 +257,18 @@ class Plan:
 
 def with_resources(resolved: ResolvedExperiment, **changes: Any) -> ResolvedExperiment:
     """A copy whose resources section has these fields changed (env_runners: a dict)."""
-    exp = resolved.experiment
+    return dataclasses.replace(
+        resolved, experiment=resources_changed(resolved.experiment, **changes)
+    )
+
+
+def resources_changed(exp: Experiment, **changes: Any) -> Experiment:
+    """A copy of ``exp`` whose resources section has these fields changed (env_runners: a dict)."""
     res = exp.resources
     runners = changes.pop("env_runners", None)
     if runners is not None:
         changes["env_runners"] = res.env_runners.model_copy(update=runners)
-    new = exp.model_copy(update={"resources": res.model_copy(update=changes)})
-    return dataclasses.replace(resolved, experiment=new)
+    return exp.model_copy(update={"resources": res.model_copy(update=changes)})
 
 
 def request_for(file: Path, config: AlgorithmConfig) -> TrialRequest:
@@ -331,7 +336,7 @@ def make_plan(
             Problem(
                 where,
                 _unfit_field(request, cluster),
-                _unfit_message(resolved, config, request, cluster),
+                _unfit_message(resolved.experiment, resolved.file, config, request, cluster),
             )
         )
     memory = None
@@ -466,7 +471,8 @@ def _unfit_field(request: TrialRequest, cluster: Cluster) -> str:
 
 
 def _unfit_message(
-    resolved: ResolvedExperiment,
+    exp: Experiment,
+    file: Path,
     config: AlgorithmConfig,
     request: TrialRequest,
     cluster: Cluster,
@@ -478,7 +484,7 @@ def _unfit_message(
         + f". Its placement group ({request.strategy}): {_bundles_text(request)}; "
         f"per trial {fmt(request.totals)}. "
     )
-    valid = what_would_fit(resolved, config, request, cluster)
+    valid = what_would_fit(exp, file, config, request, cluster)
     if valid:
         text += "It would fit with " + "; or with ".join(valid) + ". "
     return text + "Ray would leave such a trial PENDING forever"
@@ -504,7 +510,8 @@ def _bundles_text(request: TrialRequest) -> str:
 
 
 def what_would_fit(
-    resolved: ResolvedExperiment,
+    exp: Experiment,
+    file: Path,
     config: AlgorithmConfig,
     request: TrialRequest,
     cluster: Cluster,
@@ -512,8 +519,8 @@ def what_would_fit(
 ) -> list[str]:
     """Up to ``most`` changes of the resources section (the fewest fields first) under
     which one trial fits this cluster, each checked against RLlib's bundles of a copy of
-    ``config`` with those resources."""
-    res = resolved.experiment.resources
+    ``config`` with those resources (``file`` names the experiment in RLlib's refusals)."""
+    res = exp.resources
     runners = res.env_runners
     gpu = request.totals.get("GPU", 0.0)
     # Per field: the values to try, each as (resources changes, how it reads).
@@ -553,8 +560,8 @@ def what_would_fit(
 
     def fits(changes: dict[str, Any]) -> bool:
         try:
-            changed = with_resources(resolved, **changes)
-            candidate = request_for(changed.file, with_resources_of(config, changed.experiment))
+            changed = resources_changed(exp, **changes)
+            candidate = request_for(file, with_resources_of(config, changed))
         except ExperimentError:
             return False
         return not unfit_reasons(candidate, cluster)
