@@ -10,8 +10,10 @@ from typing import Any
 from ray.tune.result import TRIAL_INFO
 
 from workbench.names import trial_name
+from workbench.policy.evaluate import Evaluation
 from workbench.run.progress import TrialRecord
 from workbench.run.summary import RunSummary
+from workbench.trial.candidates import PopulationResult
 from workbench.trial.trainable import seeded_trainable, trial_seed
 
 
@@ -68,3 +70,25 @@ def test_progress_table_reads_numpy_float32_returns() -> None:
     table.on_trial_result(0, [trial], trial, result)
     (record,) = table.records.values()
     assert record.best_return == -13.0 and record.last_return == -13.0
+
+
+def test_summary_says_when_the_result_was_trained_after_the_last_reported_result(
+    tmp_path: Path,
+) -> None:
+    """A stop on the return target ends the population while members are mid-report: a
+    member's candidate of its last iteration exists while the table ends one earlier."""
+    member = TrialRecord("PPO_00001", "TERMINATED", 21, 42_000, 304.3, 304.3)
+    evaluation = Evaluation([500.0] * 3, [500] * 3, "sim_ext/CartPole-v1", {}, 0, True)
+
+    def result_line(iteration: int) -> str:
+        result = PopulationResult(
+            "t_1", "PPO_00001", iteration, "PPO_00001/candidates/x", 500.0, 0.0, 3, 500.0
+        )
+        lines = RunSummary(
+            "x", tmp_path, [member], member, 0, result=result, evaluation=evaluation
+        ).lines()
+        return next(line for line in lines if line.startswith("The population's result"))
+
+    late = result_line(22)
+    assert "its policy of iteration 22 (trained as the population stopped, after its last" in late
+    assert "its policy of iteration 20: " in result_line(20)

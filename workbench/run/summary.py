@@ -87,7 +87,12 @@ class RunSummary:
             out.append("No trial reported a return (no episode finished).")
         if self.result is not None and self.evaluation is not None:
             r = self.result
+            reported = {t.name: t.iteration for t in self.trials}
             which = "its final policy" if r.final else f"its policy of iteration {r.iteration}"
+            if not r.final and r.trial_name in reported and r.iteration > reported[r.trial_name]:
+                # The trial saved the candidate inside train(); the stop came before Tune
+                # took that iteration's result, so the table ends an iteration earlier.
+                which += " (trained as the population stopped, after its last reported result)"
             logged = "; logged to its MLflow run as eval/*" if self.evaluation.run_id else ""
             out.append(
                 f"The population's result: {r.trial_name}, {which}: "
