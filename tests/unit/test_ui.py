@@ -185,3 +185,14 @@ def test_a_temporary_log_goes_with_the_server_and_a_chosen_one_stays(
     server.stop()
     assert process.poll() is not None
     assert log.exists() is not temporary
+
+
+def test_default_store_is_found_from_inside_results_and_a_population_folder(
+    no_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _touch_db(no_env / "results" / "mlflow.db")
+    population = db.parent / "cartpole_pbt_20261203-194953"
+    population.mkdir()
+    for folder in (db.parent, population):
+        monkeypatch.chdir(folder)
+        assert resolve_store(None) == f"sqlite:///{db.resolve()}"

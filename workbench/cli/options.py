@@ -64,7 +64,8 @@ def _option_sets() -> dict[str, argparse.ArgumentParser]:
             "--store",
             metavar="PATH|URI",
             help="MLflow store: a results folder, an mlflow.db file or a tracking URI "
-            "(default: MLFLOW_TRACKING_URI, else results/mlflow.db)",
+            "(default: MLFLOW_TRACKING_URI, else results/mlflow.db, or mlflow.db or "
+            "../mlflow.db from inside results/ or a population folder)",
         )
     )
     # A store that fails while the command reads it is one line (main), not a traceback.

@@ -110,9 +110,11 @@ def resolve_store(store: str | None) -> str:
     """The MLflow tracking URI for what a user passes as ``--store``.
 
     None: ``$MLFLOW_TRACKING_URI`` if set, else ``results/mlflow.db`` (the store `make
-    run` and a plain ``workbench run`` write). A URI with a scheme is returned as is. A
-    ``.db`` file becomes ``sqlite:///<absolute path>``; a folder is a results folder
-    (``<folder>/mlflow.db``) or a population folder inside one (``<folder>/../mlflow.db``).
+    run` and a plain ``workbench run`` write), else ``mlflow.db`` or ``../mlflow.db`` (the
+    same store seen from inside results/ or from a population folder). A URI with a
+    scheme is returned as is. A ``.db`` file becomes ``sqlite:///<absolute path>``; a
+    folder is a results folder (``<folder>/mlflow.db``) or a population folder inside one
+    (``<folder>/../mlflow.db``).
     A path that leads to no store raises `ExperimentError` naming the paths tried:
     MLflow itself would silently create an empty store there. (Whether the store can be
     read is `check_store`'s question.)
@@ -121,12 +123,16 @@ def resolve_store(store: str | None) -> str:
         env = os.environ.get(ENV_VAR)
         if env:
             return env if _is_uri(env) else _resolve_path(env, ENV_VAR, "")
-        if DEFAULT_STORE.is_file():
-            return _sqlite_uri(DEFAULT_STORE)
+        # From the project's folder, from inside results/, or from a population folder.
+        tried = [DEFAULT_STORE, Path(STORE_FILE), Path("..") / STORE_FILE]
+        for candidate in tried:
+            if candidate.is_file():
+                return _sqlite_uri(candidate)
+        shown = ", ".join(str(p) for p in tried)
         raise ExperimentError.single(
             str(DEFAULT_STORE),
             "--store",
-            f"no MLflow store: tried {DEFAULT_STORE} (relative to {Path.cwd()}) and "
+            f"no MLflow store: tried {shown} (relative to {Path.cwd()}) and "
             f"${ENV_VAR} is not set; pass --store, run from the folder that holds results/, "
             f"or run an experiment first; {_VALID}",
         )
