@@ -209,10 +209,12 @@ def print_log_tail(log: Path, lines: int, header: str) -> None:
 
 @dataclass(frozen=True)
 class FitWindow:
-    """When Tune's ``fit()`` ran: its seconds (perf counter) and its end (epoch seconds)."""
+    """When Tune's ``fit()`` ran: its seconds (perf counter) and its end (epoch seconds),
+    and the CPU seconds the driver's process used meanwhile (all its threads)."""
 
     seconds: float
     ended_at: float
+    cpu_s: float = 0.0
 
     @property
     def started_at(self) -> float:
@@ -229,8 +231,10 @@ def timed_launch_run(resolved: Any) -> tuple[Any, FitWindow]:
     original = launch.fit
 
     def timed_fit(tuner: Any, *fit_args: Any) -> tuple[Any, float, bool]:
+        cpu = time.process_time()
         results, elapsed, signalled = original(tuner, *fit_args)
-        windows.append(FitWindow(seconds=elapsed, ended_at=time.time()))
+        cpu = time.process_time() - cpu
+        windows.append(FitWindow(seconds=elapsed, ended_at=time.time(), cpu_s=cpu))
         return results, elapsed, signalled
 
     launch.fit = timed_fit

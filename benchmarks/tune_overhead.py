@@ -52,6 +52,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -199,7 +200,24 @@ def run_workbench(args: argparse.Namespace, folder: Path) -> dict[str, float]:
         raise SystemExit(f"workbench population: {summary.errors} trials errored")
     figures = population_figures(resolved.results_dir, fit.seconds, args.population)
     figures["command_s"] = command_s
+    figures["driver_ms"] = 1e3 * fit.cpu_s / max(figures["iterations"], 1.0)
     return figures
+
+
+def run_workbench_tunes_encoding(args: argparse.Namespace, folder: Path) -> dict[str, float]:
+    """The workbench with Tune's own encoding of the trials in its experiment snapshot
+    (``Trial.get_json_state``), where the workbench's save uses
+    ``workbench.tune_ext.state_sync.trial_states``: the anchor of that change."""
+    from workbench.tune_ext import state_sync
+
+    ours = state_sync.trial_states
+    state_sync.trial_states = lambda controller: list(  # type: ignore[assignment]
+        controller._get_trial_checkpoints().values()
+    )
+    try:
+        return run_workbench(args, folder)
+    finally:
+        state_sync.trial_states = ours  # type: ignore[assignment]
 
 
 def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float]:
@@ -231,14 +249,22 @@ def run_tune_defaults(args: argparse.Namespace, folder: Path) -> dict[str, float
             verbose=0,
         ),
     )
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     results = tuner.fit()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if results.errors:
         raise SystemExit(f"Tune-defaults population: {len(results.errors)} trials errored")
     figures = population_figures(folder / "tune_results" / "tune", wall, args.population)
     figures["command_s"] = wall
+    figures["driver_ms"] = 1e3 * cpu / max(figures["iterations"], 1.0)
     return figures
+
+
+SETUPS = {
+    "workbench": run_workbench,
+    "Tune defaults": run_tune_defaults,
+    "workbench with Tune's snapshot encoding": run_workbench_tunes_encoding,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep the results folders")
+    parser.add_argument(
+        "--setups",
+        default=",".join(SETUPS),
+        help=f"population setups, of {', '.join(SETUPS)} (default: all)",
+    )
+    parser.add_argument("--no-exploits", action="store_true", help="skip the exploit timings")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.exploit_rounds = 1, 1
@@ -278,11 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="tune_overhead-"))
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     try:
-        exploits = measure_exploits(args, folder / "exploits")
-        setups = {"workbench": run_workbench, "Tune defaults": run_tune_defaults}
+        exploits = {} if args.no_exploits else measure_exploits(args, folder / "exploits")
+        setups = {name: SETUPS[name] for name in args.setups.split(",")}
 
         def population(name: str) -> dict[str, float]:
-            where = folder / f"round{len(list(folder.glob('round*')))}-{name.replace(' ', '_')}"
+            slug = re.sub(r"\W+", "_", name)
+            where = folder / f"round{len(list(folder.glob('round*')))}-{slug}"
             where.mkdir(parents=True)
             return setups[name](args, where)
 
@@ -297,61 +330,80 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
-    train = statistics.median(exploits["train"])
-    exploit_new = [
-        s + a + r
-        for s, a, r in zip(
-            exploits["save"], exploits["new_actor"], exploits["restore_new"], strict=True
-        )
-    ]
-    exploit_same = [
-        s + a + r
-        for s, a, r in zip(
-            exploits["save"], exploits["reset"], exploits["restore_same"], strict=True
-        )
-    ]
-    rows = [
-        ("train() (the anchor)", exploits["train"]),
-        ("save() on the donor", exploits["save"]),
-        ("new actor: start + build", exploits["new_actor"]),
-        ("restore() in the new actor", exploits["restore_new"]),
-        ("reset() of a kept actor: rebuild", exploits["reset"]),
-        ("restore() in the kept actor", exploits["restore_same"]),
-        ("exploit, new actor (Tune default)", exploit_new),
-        ("exploit, reused actor (workbench)", exploit_same),
-    ]
-    print(f"\nA PBT exploit, ms ({args.exploit_rounds} interleaved rounds)")
-    print(f"| {'step':<38} | {'median':>9} | {'min':>9} | {'max':>9} | {'/ train()':>9} |")
-    print(f"|{'-' * 40}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 11}|")
-    for label, values in rows:
-        cells = _cells(values)
-        ratio = statistics.median(values) / train
-        print(f"| {label:<38} | {cells[0]:>9} | {cells[1]:>9} | {cells[2]:>9} | {ratio:>8.2f}x |")
+    if exploits:
+        train = statistics.median(exploits["train"])
+        exploit_new = [
+            s + a + r
+            for s, a, r in zip(
+                exploits["save"], exploits["new_actor"], exploits["restore_new"], strict=True
+            )
+        ]
+        exploit_same = [
+            s + a + r
+            for s, a, r in zip(
+                exploits["save"], exploits["reset"], exploits["restore_same"], strict=True
+            )
+        ]
+        rows = [
+            ("train() (the anchor)", exploits["train"]),
+            ("save() on the donor", exploits["save"]),
+            ("new actor: start + build", exploits["new_actor"]),
+            ("restore() in the new actor", exploits["restore_new"]),
+            ("reset() of a kept actor: rebuild", exploits["reset"]),
+            ("restore() in the kept actor", exploits["restore_same"]),
+            ("exploit, new actor (Tune default)", exploit_new),
+            ("exploit, reused actor (workbench)", exploit_same),
+        ]
+        print(f"\nA PBT exploit, ms ({args.exploit_rounds} interleaved rounds)")
+        print(f"| {'step':<38} | {'median':>9} | {'min':>9} | {'max':>9} | {'/ train()':>9} |")
+        print(f"|{'-' * 40}|{'-' * 11}|{'-' * 11}|{'-' * 11}|{'-' * 11}|")
+        for label, values in rows:
+            cells = _cells(values)
+            ratio = statistics.median(values) / train
+            print(
+                f"| {label:<38} | {cells[0]:>9} | {cells[1]:>9} | {cells[2]:>9} | {ratio:>8.2f}x |"
+            )
 
     print(
         f"\nPopulation {args.population} on {args.cpus} CPUs: time outside train() "
         f"({args.rounds} interleaved rounds)"
     )
     print(
-        f"| {'setup':<14} | {'fit() s':>24} | {'outside train()':>24} | {'restarts':>8} | "
-        f"{'iterations':>10} | {'whole run s':>11} |"
+        f"| {'setup':<36} | {'fit() s':>24} | {'outside train()':>24} | "
+        f"{'driver CPU ms a result':>24} | {'restarts':>8} | {'iterations':>10} | "
+        f"{'whole run s':>11} |"
     )
-    print(f"|{'-' * 16}|{'-' * 26}|{'-' * 26}|{'-' * 10}|{'-' * 12}|{'-' * 13}|")
+    print(f"|{'-' * 38}|{'-' * 26}|{'-' * 26}|{'-' * 26}|{'-' * 10}|{'-' * 12}|{'-' * 13}|")
     for name, figures in runs.items():
         walls = [f["wall_s"] for f in figures]
         outside = [100 * f["outside"] for f in figures]
+        driver = [f["driver_ms"] for f in figures]
         print(
-            f"| {name:<14} | {_triple(walls, '.1f')} | {_triple(outside, '.1f', '%')} | "
+            f"| {name:<36} | {_triple(walls, '.1f')} | {_triple(outside, '.1f', '%')} | "
+            f"{_triple(driver, '.0f')} | "
             f"{statistics.median([f['restores'] for f in figures]):>8.0f} | "
             f"{statistics.median([f['iterations'] for f in figures]):>10.0f} | "
             f"{statistics.median([f['command_s'] for f in figures]):>11.1f} |"
         )
-    print("(median [min-max] over rounds; restarts: actors restarted from a checkpoint, by")
-    print(" exploits and by PBT pausing a trial while others wait; whole run: launch.run")
-    print(" including its pre-flight, MLflow start and end, and plots)")
-    wb = statistics.median([f["wall_s"] for f in runs["workbench"]])
-    tu = statistics.median([f["wall_s"] for f in runs["Tune defaults"]])
-    print(f"\nworkbench fit() / Tune defaults' fit(): {wb / tu:.2f}x (medians)")
+    print("(median [min-max] over rounds; driver CPU: the driver process's CPU seconds during")
+    print(" fit(), all its threads, over the results; restarts: actors restarted from a")
+    print(" checkpoint, by exploits and by PBT pausing a trial while others wait; whole run:")
+    print(" launch.run including its pre-flight, MLflow start and end, and plots)")
+
+    def median_of(name: str, key: str) -> float:
+        return statistics.median([f[key] for f in runs[name]])
+
+    if {"workbench", "Tune defaults"} <= runs.keys():
+        ratio = median_of("workbench", "wall_s") / median_of("Tune defaults", "wall_s")
+        print(f"\nworkbench fit() / Tune defaults' fit(): {ratio:.2f}x (medians)")
+    anchor = "workbench with Tune's snapshot encoding"
+    if {"workbench", anchor} <= runs.keys():
+        pairs = list(zip(runs["workbench"], runs[anchor], strict=True))
+        saved = [b["driver_ms"] - a["driver_ms"] for a, b in pairs]
+        print(
+            "driver CPU a result, Tune's snapshot encoding less the workbench's, per round: "
+            + ", ".join(f"{d:+.0f} ms" for d in saved)
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"exploits": exploits, "populations": runs}))
     return 0

@@ -126,13 +126,19 @@ def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
         "workbench",
     ):
         assert label in rows, sorted(rows)
-    assert "Tune defaults" in rows
+    assert "Tune defaults" in rows and "workbench with Tune's snapshot encoding" in rows
+    assert "Tune's snapshot encoding less the workbench's, per round:" in result.stdout
     figures = json.loads(out.read_text())
-    assert set(figures["populations"]) == {"workbench", "Tune defaults"}
+    assert set(figures["populations"]) == {
+        "workbench",
+        "Tune defaults",
+        "workbench with Tune's snapshot encoding",
+    }
     for runs in figures["populations"].values():
         # 2 trials x 2 iterations; a clone of a donor already at the stop reports none
         assert 2 <= runs[0]["iterations"] <= 4
         assert runs[0]["train_s"] > 0 and 0 <= runs[0]["outside"] < 1
+        assert runs[0]["driver_ms"] > 0
     assert all(ms > 0 for ms in figures["exploits"]["new_actor"])
     assert all(ms > 0 for ms in figures["exploits"]["reset"])  # reset() returned True
 
@@ -370,3 +376,24 @@ def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> 
     assert set(seconds) == {"--help", "runs", "show", "lineage", "validate", "mlflow runs list"}
     assert all(len(v) == 1 and v[0] > 0 for v in seconds.values())
     assert "(the anchor)" in result.stdout and "<= 1.5 s and <= half the anchor" in result.stdout
+
+
+def test_snapshot_encoding_compares_tunes_encoding_with_the_workbenchs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "snapshot_encoding.py"),
+            *("--rounds", "1", "--repeat", "3", "--iterations", "3", "--checkpoints", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = _table_rows(result.stdout)
+    tune, workbench = rows["tune"], rows["workbench"]
+    assert float(tune[0].split()[0]) > 0 and float(workbench[0].split()[0]) > 0
+    # Every window's text lands in Ray's log_once set with Tune's encoding, none with ours.
+    assert int(tune[3].split()[0]) > 0 and workbench[3] == "0 (0)"

@@ -18,6 +18,7 @@ from workbench.tune_ext.state_sync import (
     TUNES_SAVE_TO_DIR,
     save_state_whole,
     sync_without_temp_files,
+    trial_states,
 )
 
 
@@ -93,8 +94,11 @@ class _Controller:
         self._callbacks = SimpleNamespace(save_to_dir=lambda *a, **k: None)
         self._runner_data = runner_data
 
-    def _get_trial_checkpoints(self) -> dict[str, Any]:
-        return {"t1": ["{}", "{}"]}
+        self._trials_to_cache: set[Any] = set()
+        self._trial_metadata = {"t1": ("{}", "{}")}
+
+    def _get_trial_checkpoints(self) -> dict[str, Any]:  # Tune's save reads it
+        return self._trial_metadata
 
     def __getstate__(self) -> dict[str, Any]:
         return self._runner_data
@@ -119,3 +123,71 @@ def test_an_experiment_state_save_that_dies_midway_leaves_the_last_one_whole(
     else:
         assert json.loads(state.read_text()) == whole
         assert [p.name for p in staging.iterdir()] == [state.name]
+
+
+def _reported_trial(iterations: int) -> Any:
+    """A Tune trial that has taken ``iterations`` results, as Tune's controller records
+    them (its run metadata keeps each metric's last 5 and last 10 values)."""
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+    from ray.tune.experiment import Trial
+
+    trial = Trial(
+        "trainable",
+        config={"lr": 1e-3},
+        trial_id="t_00000",
+        stub=True,
+        placement_group_factory=PlacementGroupFactory([{"CPU": 1}]),
+    )
+    trial.create_placement_group_factory()  # as Tune's add_trial does
+    for i in range(1, iterations + 1):
+        _report(trial, i)
+    return trial
+
+
+def _report(trial: Any, iteration: int) -> None:
+    metrics = {f"learners/m{k}": iteration * 0.5 + k * 1000 for k in range(20)}
+    trial.update_last_result(
+        {"training_iteration": iteration, "score": float(iteration), **metrics}
+    )
+
+
+def test_the_snapshot_holds_what_tunes_own_encoding_holds_in_tunes_format() -> None:
+    from ray.tune.experiment import Trial
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    trial = _reported_trial(12)
+    theirs = trial.get_json_state()
+    trial.invalidate_json_state()
+    trial.run_metadata.invalidate_cache()
+    controller = SimpleNamespace(_trials_to_cache={trial}, _trial_metadata={})
+    (ours,) = trial_states(controller)
+    assert not controller._trials_to_cache and controller._trial_metadata == {"t_00000": ours}
+    assert trial.get_json_state() == ours  # Tune's own reads hit the same caches
+
+    # Read back by Tune's own readers, the two are the same trial.
+    assert Trial.from_json_state(ours[0], stub=True).config == {"lr": 1e-3}
+    read = [_TrainingRunMetadata.from_json_state(state[1]) for state in (theirs, ours)]
+    assert read[0].metric_analysis == read[1].metric_analysis
+    assert read[0].last_result == read[1].last_result
+    windows = [r.metric_n_steps["learners/m3"] for r in read]
+    assert windows[0] == windows[1] and windows[1]["5"].maxlen == 5
+    assert list(windows[1]["10"]) == [i * 0.5 + 3000 for i in range(3, 13)]
+
+
+def test_rays_log_once_set_grows_with_tunes_encoding_not_the_snapshots() -> None:
+    from ray.util import debug
+
+    trial = _reported_trial(3)
+    controller = SimpleNamespace(_trials_to_cache=set(), _trial_metadata={})
+    before = len(debug._logged)
+    for i in range(4, 8):  # a result, then a snapshot, four times
+        _report(trial, i)
+        trial.get_json_state()  # Tune's own
+    grown = len(debug._logged) - before
+    assert grown >= 4 * 2 * 20  # the fall: every window's text, every time, kept
+    before = len(debug._logged)
+    for i in range(8, 12):
+        _report(trial, i)
+        controller._trials_to_cache.add(trial)
+        trial_states(controller)
+    assert len(debug._logged) == before

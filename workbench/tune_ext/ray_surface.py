@@ -108,6 +108,11 @@ SURFACE: tuple[Private, ...] = (
     Private(_CONTROLLER, "_queued_trial_decisions"),
     Private(_CONTROLLER, "_reuse_actors"),
     Private(_CONTROLLER, "_checkpoint_manager"),
+    Private(_CONTROLLER, "_trials_to_cache"),
+    Private(_CONTROLLER, "_trial_metadata"),
+    Private("ray.tune.experiment.trial.Trial", "_state_json"),
+    Private("ray.tune.trainable.metadata._TrainingRunMetadata", "_cached_json"),
+    Private("ray.tune.utils.serialization", "_CLOUDPICKLE_FALLBACK_TYPE"),
     Private("ray.tune.execution.tune_controller.TrialRunnerWrapper", "_tune_controller"),
     Private(
         "ray.tune.execution.experiment_state._ExperimentCheckpointManager",
