@@ -15,22 +15,31 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_env_throughput_runs_and_reports_every_case(tmp_path: Path) -> None:
-    out = tmp_path / "figures.json"
+def _benchmark(
+    script: str, *args: str, cwd: Path | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/<script> args`` run as a user runs it; it must succeed."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "env_throughput.py"),
-            *("--rounds", "2", "--seconds", "0.02", "--sizes", "1,16"),
-            *("--cases", "sim_view,sim_copy,sim_core,gym_vector,gym_single"),
-            *("--json", str(out)),
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
+        cwd=cwd,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_env_throughput_runs_and_reports_every_case(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    result = _benchmark(
+        "env_throughput.py",
+        *("--rounds", "2", "--seconds", "0.02", "--sizes", "1,16"),
+        *("--cases", "sim_view,sim_copy,sim_core,gym_vector,gym_single"),
+        *("--json", str(out)),
+        timeout=300,
+    )
     assert "gymnasium numpy-vectorized" in result.stdout
     figures = json.loads(out.read_text())
     assert figures, "no figures written"
@@ -43,38 +52,24 @@ def test_env_throughput_measures_the_mountain_cars_against_gymnasiums_sync_vecto
     # Gymnasium has no numpy-vectorized MountainCar: its baseline is a SyncVectorEnv, and the
     # continuous car's actions are float batches of the Box's shape.
     for env in ("MountainCar-v0", "MountainCarContinuous-v0"):
-        result = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "benchmarks" / "env_throughput.py"),
-                *("--env", env, "--rounds", "1", "--seconds", "0.02", "--sizes", "1,4"),
-                *("--cases", "sim_view,sim_copy,sim_core,gym_vector,gym_single"),
-            ],
-            capture_output=True,
-            text=True,
+        result = _benchmark(
+            "env_throughput.py",
+            *("--env", env, "--rounds", "1", "--seconds", "0.02", "--sizes", "1,4"),
+            *("--cases", "sim_view,sim_copy,sim_core,gym_vector,gym_single"),
             timeout=300,
-            check=False,
         )
-        assert result.returncode == 0, result.stderr
         assert f"env={env}" in result.stdout
         assert result.stdout.count("gymnasium SyncVectorEnv") == 2
         assert f"n/a (targets are for CartPole-v1; this is {env})" in result.stdout
 
 
 def test_mlflow_overhead_runs_and_reports_both_callbacks(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "mlflow_overhead.py"),
-            *("--synthetic", "--rounds", "1", "--results", "20", "--results-ray", "2"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    result = _benchmark(
+        "mlflow_overhead.py",
+        *("--synthetic", "--rounds", "1", "--results", "20", "--results-ray", "2"),
         cwd=tmp_path,  # whatever MLflow might write next to the working directory lands here
+        timeout=300,
     )
-    assert result.returncode == 0, result.stderr
     rows = {
         cells[0]: cells[1:]
         for line in result.stdout.splitlines()
@@ -103,21 +98,7 @@ def _table_rows(stdout: str) -> dict[str, list[str]]:
 
 def test_tune_overhead_runs_and_reports_both_setups(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "tune_overhead.py"),
-            "--quick",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = _benchmark("tune_overhead.py", "--quick", "--json", str(out), cwd=tmp_path)
     rows = _table_rows(result.stdout)
     for label in (
         "train() (the anchor)",
@@ -147,19 +128,7 @@ def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
     # PB2, whose experiment is not a file as it stands (the derived numeric space); the
     # other arms' experiments are built without running in tests/unit/test_benchmark_arms.py,
     # and random search runs end to end in the shoot-out's reports.
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "time_to_target.py"),
-            *("--quick", "--arms", "pb2"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = _benchmark("time_to_target.py", *("--quick", "--arms", "pb2"), cwd=tmp_path)
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 0 |")]
     assert [row.split("|")[2].strip() for row in rows] == ["pb2"]
     for row in rows:
@@ -172,19 +141,11 @@ def test_time_to_target_runs_scheduler_arms(tmp_path: Path) -> None:
 
 def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "end_to_end.py"),
-            *("--rounds", "2", "--iterations", "1", "--batch", "256", "--seeds", "0"),
-            *("--target", "30", "--max-steps", "3000", "--json", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = _benchmark(
+        "end_to_end.py",
+        *("--rounds", "2", "--iterations", "1", "--batch", "256", "--seeds", "0"),
+        *("--target", "30", "--max-steps", "3000", "--json", str(out)),
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(out.read_text())
     rows = {row["arm"]: row for row in figures["throughput"]}
     assert list(rows) == ["rllib_example", "rllib_example_sim_ext", "fast_runner_only", "workbench"]
@@ -202,20 +163,7 @@ def test_end_to_end_runs_every_arm_and_the_learning_race(tmp_path: Path) -> None
 
 def _shootout(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The shoot-out's --quick run of ASHA+Optuna with `args`; it must succeed."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "scheduler_shootout.py"),
-            *("--quick", "--arms", "asha_optuna", *args),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=cwd,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+    return _benchmark("scheduler_shootout.py", "--quick", "--arms", "asha_optuna", *args, cwd=cwd)
 
 
 def test_scheduler_shootout_runs_every_arm_and_draws_the_curve(tmp_path: Path) -> None:
@@ -263,20 +211,12 @@ def test_population_throughput_reports_the_parts_the_workbench_and_tune_rllib(
     # MountainCar (sim_ext: no box2d needed), 2 trials x 2 iterations; SB3 needs RL Zoo's
     # virtualenv, which the test points at a missing path to see the arm skipped aloud.
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "population_throughput.py"),
-            *("--quick", "--task", "mountaincar", "--json", str(out)),
-            *("--zoo-python", str(tmp_path / "no-zoo" / "python")),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = _benchmark(
+        "population_throughput.py",
+        *("--quick", "--task", "mountaincar", "--json", str(out)),
+        *("--zoo-python", str(tmp_path / "no-zoo" / "python")),
         cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "sb3 arm skipped: no " in result.stdout
     rows = _table_rows(result.stdout)
     for label in ("workbench", "Tune + RLlib defaults", "env alone, one core"):
@@ -308,19 +248,7 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     # 4 trials x 2 iterations, sampling in their own process, on a cluster of 2 `ray start`
     # nodes (deploy/local_cluster.py).
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "population_scale.py"),
-            *("--quick", "--json", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = _benchmark("population_scale.py", *("--quick", "--json", str(out)), cwd=tmp_path)
     assert "processes of the cluster left running" not in result.stdout
     (row,) = json.loads(out.read_text())
     assert row["size"] == 4 and row["env_steps"] > 0 and 0 < row["outside"] < 1
@@ -345,14 +273,7 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
 
 
 def test_snapshot_reads_times_both_readers_on_the_same_snapshots() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "snapshot_reads.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = _benchmark("snapshot_reads.py", "--quick", timeout=300)
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 4 |")]
     anchor, ours = (float(cell.split()[0]) for cell in row.split("|")[3:5])
     assert anchor > 0 and ours > 0
@@ -360,18 +281,10 @@ def test_snapshot_reads_times_both_readers_on_the_same_snapshots() -> None:
 
 def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "cli_latency.py"),
-            *("--rounds", "1", "--trials", "2", "--iterations", "3", "--json", str(out)),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = _benchmark(
+        "cli_latency.py",
+        *("--rounds", "1", "--trials", "2", "--iterations", "3", "--json", str(out)),
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     seconds = json.loads(out.read_text())["seconds"]
     assert set(seconds) == {"--help", "runs", "show", "lineage", "validate", "mlflow runs list"}
     assert all(len(v) == 1 and v[0] > 0 for v in seconds.values())
@@ -379,19 +292,11 @@ def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> 
 
 
 def test_snapshot_encoding_compares_tunes_encoding_with_the_workbenchs(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "snapshot_encoding.py"),
-            *("--rounds", "1", "--repeat", "3", "--iterations", "3", "--checkpoints", "1"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    result = _benchmark(
+        "snapshot_encoding.py",
+        *("--rounds", "1", "--repeat", "3", "--iterations", "3", "--checkpoints", "1"),
         cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = _table_rows(result.stdout)
     tune, workbench = rows["tune"], rows["workbench"]
     assert float(tune[0].split()[0]) > 0 and float(workbench[0].split()[0]) > 0
