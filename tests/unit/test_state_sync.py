@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pyarrow.fs
 import pytest
 from ray.train._internal.storage import _FilesystemSyncer, _upload_to_fs_path
@@ -146,8 +147,10 @@ def _reported_trial(iterations: int) -> Any:
 
 def _report(trial: Any, iteration: int) -> None:
     metrics = {f"learners/m{k}": iteration * 0.5 + k * 1000 for k in range(20)}
+    # RLlib reports some counters and means as numpy numbers.
+    numpy = {"env_steps": np.int64(iteration * 64), "return_mean": np.float32(iteration / 3)}
     trial.update_last_result(
-        {"training_iteration": iteration, "score": float(iteration), **metrics}
+        {"training_iteration": iteration, "score": float(iteration), **metrics, **numpy}
     )
 
 

@@ -43,6 +43,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.fs
 from ray.train._internal.storage import _FilesystemSyncer
 from ray.tune.execution.tune_controller import TuneController
@@ -134,12 +135,15 @@ def save_state_whole(self: Any) -> None:
 
 class SnapshotEncoder(TuneFunctionEncoder):
     """Tune's encoder, with a deque pickled directly by the standard pickler into the
-    blob Tune's own decoder reads (`_loads_with_cloudpickle`): no failed ``default``,
-    no ``log_once`` text, no cloudpickle (the module's docstring)."""
+    blob Tune's own decoder reads (`_loads_with_cloudpickle`), and a numpy number written
+    as the number (Tune pickles it too, after a ``log_once`` text of its value): no failed
+    ``default``, no ``log_once`` text, no cloudpickle (the module's docstring)."""
 
     def default(self, obj: Any) -> Any:
         if type(obj) is deque:
             return {"_type": _CLOUDPICKLE_FALLBACK_TYPE, "value": pickle.dumps(obj).hex()}
+        if isinstance(obj, np.integer | np.floating | np.bool_):
+            return obj.item()  # RLlib's counters and means: the number, read back as one
         return super().default(obj)  # type: ignore[no-untyped-call]
 
 
