@@ -25,22 +25,18 @@ def experiment(tmp_path: Path, **fields: Any) -> Path:
     return write_experiment(tmp_path, tiny_ppo(tmp_path, **fields))
 
 
-def config_of(path: Path) -> Any:
-    return config_of_file(path)
-
-
 def test_ppo_trials_get_the_lean_learner_unless_the_file_asks_for_rllibs(tmp_path: Path) -> None:
-    assert config_of(experiment(tmp_path)).learner_class is LeanPPOTorchLearner
-    rllib = config_of(experiment(tmp_path, learner="rllib")).learner_class
+    assert config_of_file(experiment(tmp_path)).learner_class is LeanPPOTorchLearner
+    rllib = config_of_file(experiment(tmp_path, learner="rllib")).learner_class
     assert rllib is PPOTorchLearner
     # Remote learners keep RLlib's by default (the lean loop is for the trial's process).
     remote = experiment(tmp_path, resources={"num_learners": 1, "cpus_per_learner": 0.5})
-    assert config_of(remote).learner_class is PPOTorchLearner
+    assert config_of_file(remote).learner_class is PPOTorchLearner
 
 
 def test_linear_schedules_reach_rllib_and_the_lean_learner(tmp_path: Path) -> None:
     lr = [[0, 1e-3], [100_000, 0.0]]
-    config = config_of(experiment(tmp_path, training={"lr": lr, "clip_param": DECAY}))
+    config = config_of_file(experiment(tmp_path, training={"lr": lr, "clip_param": DECAY}))
     assert config.lr == lr  # RLlib's own lr schedule
     assert config.clip_param == pytest.approx(0.2)  # RLlib's config keeps a number
     assert config.learner_config_dict[CLIP_SCHEDULE_KEY] == DECAY
@@ -56,8 +52,8 @@ def test_dqn_trials_get_the_lean_dqn_learner_unless_the_file_asks_for_rllibs(
     tmp_path: Path,
 ) -> None:
     dqn = {"algorithm": "DQN", "env_runner": "rllib", "training": {}}
-    assert config_of(experiment(tmp_path, **dqn)).learner_class is LeanDQNTorchLearner
-    rllib = config_of(experiment(tmp_path, learner="rllib", **dqn)).learner_class
+    assert config_of_file(experiment(tmp_path, **dqn)).learner_class is LeanDQNTorchLearner
+    rllib = config_of_file(experiment(tmp_path, learner="rllib", **dqn)).learner_class
     assert rllib is DQNTorchLearner
 
 

@@ -323,9 +323,9 @@ def _finish(
     if not summary.interrupted:
         exp = resolved.experiment
         evaluate_best(exp.evaluation, exp.seed, resolved.results_dir, session, summary)
-        if resolved.experiment.search.type == "optuna":  # its study says it has ended
+        if exp.search.type == "optuna":  # its study says it has ended
             with contextlib.suppress(Exception):  # the study is a view: never fail the run
-                close_study(resolved.results_dir, resolved.experiment.name)
+                close_study(resolved.results_dir, exp.name)
                 if summary.result is not None:
                     record_result(
                         resolved.results_dir, resolved.experiment.name, summary.result.to_json()
