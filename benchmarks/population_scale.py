@@ -24,21 +24,25 @@ the CPU time of the driver's process (all its threads: Tune's loop, MLflow's wri
 state sync) over the run, a share of one core and per result;
 the peak resident memory (RSS) of each trial process, sampled every 0.5 s from ``/proc`` for
 the processes Ray titles ``ray::PPO``, and the sum of those peaks; and the trial processes per
-node, from the node's raylet being their parent. One run per size: read the figures as
-single runs.
+node, from the node's raylet being their parent. ``--rounds`` runs of every size, the sizes
+interleaved round after round (4, 8, 16, 32, 4, 8, ...): each run's figures, and per size the
+median [min-max] over its rounds.
 
 Beside each size's measurement, ``workbench plan``'s forecast for it (the plan of the same
 experiment file against the live cluster, ``workbench/plan/population.py``): results per
-second and the share outside ``train()``. The forecast's ``train()`` cost is measured once,
-before the cluster starts, by the plan's ``--probe`` (this experiment's sampling and learner
-in this process), as ``workbench plan --probe`` does.
+second and the share outside ``train()``, and its error against the median of the rounds.
+The forecast's ``train()`` cost is measured once, before the cluster starts, by the plan's
+``--probe`` (this experiment's sampling and learner in this process), as ``workbench plan
+--probe`` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import datetime
+import itertools
 import json
 import math
 import os
@@ -74,28 +78,72 @@ from deploy.local_cluster import LocalCluster, processes
 TRIAL_TITLE = b"ray::PPO"  # Ray's process title for the trainable's actor (and its tasks)
 
 
-class TrialMemory:
-    """Peak RSS of every live trial process, sampled in a thread until stopped; and which
-    raylet (node) each one belongs to, by parent process."""
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, raylets: dict[int, str], period_s: float = 0.5) -> None:
+
+def _cpu_s(pid: int) -> float | None:
+    """User and system CPU seconds of a live process so far (None: it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S
+
+
+class TrialMemory:
+    """Peak RSS of every live trial process, sampled in a thread until stopped; which raylet
+    (node) each one belongs to, by parent process; and the CPU the cluster's processes used
+    meanwhile, the trial processes apart from Ray's own (raylets, GCS, agents, idle
+    workers). A process's CPU is its last sample's, so one that ends loses at most a
+    period's worth."""
+
+    def __init__(
+        self, raylets: dict[int, str], cluster: LocalCluster, period_s: float = 0.5
+    ) -> None:
         self.raylets = raylets
+        self.cluster = cluster
         self.period_s = period_s
         self.peak_mb: dict[int, float] = {}
         self.node_of: dict[int, str] = {}
+        self._cpu_at_start: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> TrialMemory:
+        for pid in self.cluster.alive():
+            cpu = _cpu_s(pid)
+            if cpu is not None:
+                self._cpu_at_start[pid] = cpu
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        self._sample_cpu()
+
+    def cpu_s(self) -> tuple[float, float]:
+        """CPU seconds since the start: (the trial processes', the rest of the cluster's)."""
+        trials = rest = 0.0
+        for pid, cpu in self._cpu_last.items():
+            used = cpu - self._cpu_at_start.get(pid, 0.0)
+            if pid in self.peak_mb:
+                trials += used
+            else:
+                rest += used
+        return trials, rest
+
+    def _sample_cpu(self) -> None:
+        for pid in self.cluster.alive():
+            cpu = _cpu_s(pid)
+            if cpu is not None:
+                self._cpu_last[pid] = cpu
 
     def _sample(self) -> None:
         while not self._stop.wait(self.period_s):
+            self._sample_cpu()
             table = processes()
             for pid, (_, parent, _) in table.items():
                 try:
@@ -344,11 +392,16 @@ def planned(resolved: Any, address: str, rate: Any) -> Any:
 
 
 def run_size(
-    size: int, args: argparse.Namespace, cluster: LocalCluster, folder: Path, rate: Any
+    size: int,
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    folder: Path,
+    rate: Any,
+    round_: int = 1,
 ) -> Any:
     from workbench.experiment.resolve import load_and_resolve
 
-    resolved = load_and_resolve(write_experiment(size, args, folder))
+    resolved = load_and_resolve(write_experiment(size, args, folder, f"size{size}-{round_}"))
     plan = planned(resolved, cluster.address, rate)
     if plan.concurrent < size:
         raise SystemExit(f"population of {size}: only {plan.concurrent} at once; {plan.summary()}")
@@ -358,7 +411,7 @@ def run_size(
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
     cpu_before = os.times()
     with (
-        TrialMemory(raylets) as memory,
+        TrialMemory(raylets, cluster) as memory,
         PlacementWatch(labels) as placement,
         loss if args.lose_node else contextlib.nullcontext(),
     ):
@@ -381,12 +434,17 @@ def run_size(
         per_node[node] = per_node.get(node, 0) + 1
     figures = {
         "size": size,
+        "round": round_,
+        "nodes": args.nodes,
+        "env_runners": args.env_runners,
         "wall_s": fit.seconds,
         "env_steps": steps,
         "rate": steps / fit.seconds,
         "results": sum(len(rows) for rows in trials.values()),
         "iterations": args.iterations,
         "driver_cpu_s": driver_cpu_s,
+        "trial_cpu_s": memory.cpu_s()[0],
+        "ray_cpu_s": memory.cpu_s()[1],
         "outside": 1.0 - train_s / (size * fit.seconds),
         "trial_processes": len(peaks),
         "rss_median_mb": statistics.median(peaks) if peaks else float("nan"),
@@ -417,6 +475,7 @@ def run_size(
             "bound": forecast.bound,
             "cores": forecast.cores,
             "iteration_cpu_s": forecast.costs.iteration_cpu_s,
+            "iteration_costs": forecast.costs.iterations,  # (CPU s, own s) of the draws
         }
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
@@ -517,28 +576,45 @@ def report(every: list[dict[str, Any]]) -> None:
     rows = [f for f in every if "wall_s" in f]  # the timed sizes (not the driver drill's)
     if rows:
         print(
-            "\n| trials | fit s | env steps/s | outside train() | before first | between "
+            "\n| trials | round | fit s | env steps/s | outside train() | before first | between "
             "| after last | trial RSS MB median [max] | RSS sum GB | trial processes per node |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for f in rows:
             split = [
                 100 * f.get(f"outside_{p}", float("nan")) for p in ("before", "between", "after")
             ]
             nodes = ", ".join(f"{k} {v}" for k, v in f["per_node"].items())
             print(
-                f"| {f['size']} | {f['wall_s']:.0f} | {f['rate']:.0f} | {100 * f['outside']:.1f}% "
+                f"| {f['size']} | {f.get('round', 1)} | {f['wall_s']:.0f} | {f['rate']:.0f} "
+                f"| {100 * f['outside']:.1f}% "
                 f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
                 f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] "
                 f"| {f['rss_sum_mb'] / 1024:.1f} | {nodes} |"
             )
         for f in rows:
             print(
-                f"population {f['size']}: the driver's process used {f['driver_cpu_s']:.0f} CPU s "
+                f"population {f['size']}, round {f.get('round', 1)}: the driver's process used "
+                f"{f['driver_cpu_s']:.0f} CPU s "
                 f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
                 f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
                 f"({f['results']} results)"
             )
+            if "trial_cpu_s" in f:
+                cores = f.get("forecast", {}).get("cores")
+                used = f["driver_cpu_s"] + f["trial_cpu_s"] + f["ray_cpu_s"]
+                print(
+                    f"  the trial processes {f['trial_cpu_s']:.0f} CPU s "
+                    f"({f['trial_cpu_s'] / max(f['results'], 1):.2f} a result), Ray's other "
+                    f"processes {f['ray_cpu_s']:.0f} CPU s "
+                    f"({100 * f['ray_cpu_s'] / f['wall_s']:.0f}% of a core)"
+                    + (
+                        f"; with the driver {100 * used / (cores * f['wall_s']):.0f}% of the "
+                        f"{cores:g} cores over fit()"
+                        if cores
+                        else ""
+                    )
+                )
         print(
             "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
             "Ray placed them (its placement group table, at the moment the most groups existed; "
@@ -550,39 +626,15 @@ def report(every: list[dict[str, Any]]) -> None:
             planned = ", ".join(f"{k} {v}" for k, v in sorted(place["planned"].items()))
             actual = ", ".join(f"{k} {v}" for k, v in place["ray"].items())
             print(
-                f"population {f['size']}: plan {planned} ({place['planned_across_nodes']} trials "
+                f"population {f['size']}, round {f.get('round', 1)}: plan {planned} "
+                f"({place['planned_across_nodes']} trials "
                 f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
                 f"{place['ray_across_nodes']} across nodes); "
                 f"{'the same' if place.get('same_counts') else 'not the same'} counts a node"
             )
     forecasts = [f for f in rows if "forecast" in f]
     if forecasts:
-        print(
-            "\n`workbench plan`'s forecast beside the measurement (results per second: all the "
-            "trials' train() results over fit(); error: forecast / measured - 1)"
-        )
-        print(
-            "| trials | train() calls forecast | measured | results/s forecast | measured "
-            "| error | outside train() forecast | measured | error | before the first result "
-            "forecast | measured | forecast bound |"
-        )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-        for f in forecasts:
-            fc, rate = f["forecast"], f["results"] / f["wall_s"]
-            before = f.get("outside_before", float("nan"))
-            print(
-                f"| {f['size']} | {fc.get('results', float('nan')):.0f} | {f['results']} "
-                f"| {fc['results_per_s']:.2f} | {rate:.2f} "
-                f"| {100 * (fc['results_per_s'] / rate - 1):+.0f}% | {100 * fc['outside']:.1f}% "
-                f"| {100 * f['outside']:.1f}% | {100 * (fc['outside'] / f['outside'] - 1):+.0f}% "
-                f"| {100 * fc.get('before', float('nan')):.1f}% | {100 * before:.1f}% "
-                f"| {fc['bound']} |"
-            )
-        first = forecasts[0]["forecast"]
-        print(
-            f"forecast inputs: one train() ~{first['iteration_cpu_s']:.3g} CPU s (the probe, "
-            f"averaged over the search space), {first['cores']:g} cores shared by the nodes"
-        )
+        forecast_table(forecasts)
     for f in every:
         if "driver_drill" in f:
             d = f["driver_drill"]
@@ -609,52 +661,164 @@ def report(every: list[dict[str, Any]]) -> None:
             )
 
 
-def calibration(rows: list[dict[str, Any]], costs: Any) -> dict[str, float]:
+def _spread(values: list[float], scale: float = 1.0, digits: int = 2, unit: str = "") -> str:
+    """median [min-max] of values (times scale)."""
+    low, mid, high = (scale * v for v in (min(values), statistics.median(values), max(values)))
+    return f"{mid:.{digits}f}{unit} [{low:.{digits}f}-{high:.{digits}f}]"
+
+
+def forecast_table(forecasts: list[dict[str, Any]]) -> None:
+    """``workbench plan``'s forecast of each size beside the measured median [min-max] over
+    its rounds; the error is against the median, and within its runs' range where the
+    forecast lies between the slowest and the fastest round."""
+    print(
+        "\n`workbench plan`'s forecast beside the measurement, median [min-max] over the rounds "
+        "(results per second: all the trials' train() results over fit(); error: forecast / "
+        "measured median - 1)"
+    )
+    print(
+        "| trials | rounds | train() calls forecast | measured | results/s forecast | measured "
+        "| error | outside train() forecast | measured | error | before the first result "
+        "forecast | measured | forecast bound |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    within = total = 0
+    for size in sorted({f["size"] for f in forecasts}):
+        runs = [f for f in forecasts if f["size"] == size]
+        fc = runs[0]["forecast"]
+        rates = [f["results"] / f["wall_s"] for f in runs]
+        outside = [f["outside"] for f in runs]
+        before = [f.get("outside_before", float("nan")) for f in runs]
+        errors = (
+            fc["results_per_s"] / statistics.median(rates) - 1,
+            fc["outside"] / statistics.median(outside) - 1,
+        )
+        within += sum(abs(e) <= 0.25 for e in errors)
+        total += len(errors)
+        print(
+            f"| {size} | {len(runs)} | {fc.get('results', float('nan')):.0f} "
+            f"| {_spread([f['results'] for f in runs], digits=0)} "
+            f"| {fc['results_per_s']:.2f} | {_spread(rates)} | {100 * errors[0]:+.0f}% "
+            f"| {100 * fc['outside']:.1f}% | {_spread(outside, 100, 1, '%')} "
+            f"| {100 * errors[1]:+.0f}% "
+            f"| {100 * fc.get('before', float('nan')):.1f}% | {_spread(before, 100, 1, '%')} "
+            f"| {fc['bound']} |"
+        )
+    first = forecasts[0]["forecast"]
+    print(
+        f"within 25% of the measured median: {within} of {total} (results a second and the "
+        f"share outside train())\nforecast inputs: one train() ~{first['iteration_cpu_s']:.3g} "
+        f"CPU s (the probe, averaged over the search space), {first['cores']:g} cores shared "
+        f"by the nodes"
+    )
+
+
+def calibration(
+    rows: list[dict[str, Any]], grid: list[tuple[float, ...]] | None = None
+) -> dict[str, float]:
     """The constants of workbench/plan/population.py from these runs (each population
-    placed at once), with ``costs`` the probe's train() costs:
+    placed at once; the train() costs are their probe's, which the runs carry):
 
-    * the driver's per result: its process's CPU over the runs a result, averaged;
-    * a process's start and a result's wait outside train(): the pair, on a grid, whose
-      simulated runs come nearest the measured results per second, share outside
-      train() and share before the first result (the largest relative error of those,
-      over the runs, as small as it can be).
+    * measured: the driver's CPU a result (its process's over the runs, a result), and the
+      share of a core Ray's own processes kept busy on each node (the median over the runs);
+    * fitted: a process's start, a result's fixed wait outside train(), and its wait
+      growing with the trial processes per core (a factor and an exponent): the four, on a
+      grid refined around its best point (``grid``: another grid to start from), whose
+      simulated runs come nearest the median over each size's rounds of the results per
+      second and of the share outside train(), the figures the benchmark's bar judges
+      (the largest relative error of those, over the sizes, as small as it can be).
     """
-    from workbench.plan.population import Constants, exploits_of, forecast, with_constants
+    from workbench.plan.population import (
+        Constants,
+        TrialCosts,
+        exploits_of,
+        forecast,
+        with_constants,
+    )
 
-    cores = rows[0]["forecast"]["cores"]
-    driver = statistics.mean(f["driver_cpu_s"] / max(f["results"], 1) for f in rows)
+    probe = rows[0]["forecast"]
+    costs = TrialCosts(
+        processes=1 + int(rows[0].get("env_runners", 0)),
+        start_s=0.0,
+        iterations=tuple((float(c), float(w)) for c, w in probe["iteration_costs"]),
+        result_s=0.0,
+        result_s_per_process=0.0,
+        crowd_exponent=1.0,
+        driver_s=0.0,
+        ray_cores_per_node=0.0,
+        source="the runs' probe",
+    )
+    cores = probe["cores"]
+    driver = sum(f["driver_cpu_s"] for f in rows) / max(sum(f["results"] for f in rows), 1)
+    ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
     exploits = exploits_of(_scheduler())
+    sizes = sorted({(f["size"], f.get("iterations", 40), f["nodes"]) for f in rows})
+    measured = {
+        key: (
+            statistics.median(f["results"] / f["wall_s"] for f in runs),
+            statistics.median(f["outside"] for f in runs),
+        )
+        for key in sizes
+        for runs in [[f for f in rows if (f["size"], f.get("iterations", 40), f["nodes"]) == key]]
+    }
 
-    def error(start: float, rest: float) -> float:
-        model = with_constants(costs, Constants(start, rest, 0.0, driver))
+    def error(point: tuple[float, ...]) -> float:
+        start, rest, crowd, exponent = point
+        model = with_constants(costs, Constants(start, rest, crowd, exponent, driver, ray))
         worst = 0.0
-        for f in rows:
-            size = f["size"]
+        for (size, iterations, nodes), (rate, outside) in measured.items():
             fc = forecast(
                 model,
                 trials=size,
                 at_once=size,
                 cores=cores,
-                iterations=f.get("iterations", 40),
+                iterations=iterations,
                 exploits=exploits,
+                nodes=nodes,
             )
-            for model_figure, measured in (
-                (fc.iterations_per_s, f["results"] / f["wall_s"]),
-                (fc.outside, f["outside"]),
-                (fc.before, f["outside_before"]),
-            ):
-                worst = max(worst, abs(model_figure / measured - 1))
+            worst = max(worst, abs(fc.iterations_per_s / rate - 1), abs(fc.outside / outside - 1))
         return worst
 
-    grid = [(s / 2, r / 10) for s in range(4, 41) for r in range(0, 21)]
-    start, rest = min(grid, key=lambda pair: error(*pair))
+    # start s, fixed wait s, wait s per (process per core) ** exponent, exponent
+    grid = grid or [
+        (2.0 * s, 0.1 * r, k, e)
+        for s in range(1, 10)
+        for r in range(11)
+        for k in (0.0, *(0.001 * 2**i for i in range(11)))
+        for e in (1.0, 2.0)
+    ]
+    best = min(grid, key=error)
+    steps = (1.0, 0.05, max(best[2], 0.001) / 2, 0.0)
+    for _ in range(3):  # halve the steps around the best point so far
+        near = {
+            tuple(max(0.0, b + k * step) for b, k, step in zip(best, ks, steps, strict=True))
+            for ks in itertools.product((-1, 0, 1), repeat=4)
+        }
+        best = min(near, key=error)
+        steps = tuple(step / 2 for step in steps)
+    start, rest, crowd, exponent = best
     return {
         "start_s": start,
         "result_s": rest,
-        "result_s_per_trial": 0.0,
+        "result_s_per_process": crowd,
+        "crowd_exponent": exponent,
         "driver_s": driver,
-        "largest_error": error(start, rest),
+        "ray_cores_per_node": ray,
+        "largest_error": error(best),
     }
+
+
+def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
+    """Prints the constants these runs and the earlier ones (files --json wrote) give."""
+    runs = [f for f in rows if "outside_before" in f]
+    for extra in earlier:
+        runs += [f for f in json.loads(Path(extra).read_text()) if "outside_before" in f]
+    if not runs:
+        raise SystemExit("--calibrate: no timed runs to fit")
+    constants = calibration(runs)
+    print(f"\ncalibration on {len(runs)} runs, workbench/plan/population.py's Constants:")
+    for name, value in constants.items():
+        print(f"  {name} = {value:.4g}")
 
 
 def _scheduler() -> Any:
@@ -671,6 +835,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="4,8,16,32", help="population sizes, in order")
     parser.add_argument("--iterations", type=int, default=40, help="per trial")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs of every size, the sizes interleaved"
+    )
     parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
     parser.add_argument("--cpus-per-node", type=float, default=2.0)
     parser.add_argument(
@@ -710,16 +877,21 @@ def main(argv: list[str] | None = None) -> int:
         "--with-runs",
         nargs="*",
         default=[],
-        help="with --calibrate: also fit to these earlier runs (files --json wrote)",
+        help="with --calibrate: also fit to these earlier runs (files --json wrote); with "
+        '--sizes "" only to them, running nothing',
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
+        calibrate([], args.with_runs)
+        return 0
     if args.quick:
         # Trials sampling in their own process: each env runner is one more process to
-        # start (14 CPU s); tests/cluster places trials whose runners span nodes.
+        # start (about 5 CPU s alone); tests/cluster places trials whose runners span nodes.
         sizes, args.iterations, args.nodes, args.env_runners = [4], 2, 2, 0
+        args.rounds = 1
 
     os.environ["RAY_AUTH_MODE"] = "disabled"  # the cluster's setting (deploy/local_cluster.py)
     os.environ.pop("RAY_ADDRESS", None)
@@ -740,33 +912,32 @@ def main(argv: list[str] | None = None) -> int:
         ray=str(Path(sys.executable).parent / "ray"),
     )
     folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     rows: list[dict[str, Any]] = []
     skip_probe = args.no_forecast or args.kill_driver
-    rate, costs = (None, None) if skip_probe else probe(args, folder)
+    rate, _ = (None, None) if skip_probe else probe(args, folder)
     try:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
-        for size in sizes:
-            started = time.monotonic()
-            if args.kill_driver:
-                rows.append(driver_drill(size, args, cluster, folder))
-            else:
-                rows.append(run_size(size, args, cluster, folder, rate))
-            print(f"population {size}: done in {time.monotonic() - started:.0f} s", flush=True)
+        for round_ in range(1, (1 if args.kill_driver else args.rounds) + 1):
+            for size in sizes:  # the sizes interleaved, round after round
+                started = time.monotonic()
+                if args.kill_driver:
+                    rows.append(driver_drill(size, args, cluster, folder))
+                else:
+                    rows.append(run_size(size, args, cluster, folder, rate, round_))
+                print(
+                    f"population {size}, round {round_}: done in "
+                    f"{time.monotonic() - started:.0f} s",
+                    flush=True,
+                )
     finally:
         ray.shutdown()
         left = cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
     report(rows)
-    if args.calibrate and costs is not None:
-        runs = [f for f in rows if "outside_before" in f]
-        for extra in args.with_runs:
-            runs += [f for f in json.loads(Path(extra).read_text()) if "outside_before" in f]
+    if args.calibrate:
         print(f"\na trial process started alone: {start_cpu_s(args, folder):.3g} CPU s")
-        constants = calibration(runs, costs)
-        print(f"\ncalibration on {len(runs)} runs, workbench/plan/population.py's Constants:")
-        for name, value in constants.items():
-            print(f"  {name} = {value:.4g}")
+        calibrate(rows, args.with_runs)
     if left:
         print(f"processes of the cluster left running: {left}")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")

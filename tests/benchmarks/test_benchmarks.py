@@ -270,6 +270,10 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert forecast["results_per_s"] > 0 and 0 < forecast["outside"] < 1
     assert forecast["cores"] == min(4, os.cpu_count() or 1)
     assert "`workbench plan`'s forecast beside the measurement" in result.stdout
+    assert "within 25% of the measured median:" in result.stdout
+    # The CPU the cluster's processes used over the run: the trials' and Ray's own.
+    assert row["trial_cpu_s"] > 0 and row["ray_cpu_s"] > 0
+    assert row["nodes"] == 2 and row["round"] == 1
 
 
 def test_snapshot_reads_times_both_readers_on_the_same_snapshots() -> None:

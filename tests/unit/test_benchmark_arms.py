@@ -360,3 +360,117 @@ def test_sb3_gets_the_sweep_workbench_fast_got_and_its_choice_comes_from_it() ->
     assert e2e.SB3_FAST in e2e.SB3_SWEEP.values()
     # Each tuned arm is compared with the other side's tuned arm.
     assert ("workbench_fast", "sb3_fast") in e2e.ZOO_PAIRS
+
+
+def _scale_row(size: int, round_: int, rate: float, outside: float) -> dict[str, Any]:
+    forecast = {
+        "results_per_s": 2.0,
+        "results": 100.0,
+        "outside": 0.5,
+        "before": 0.3,
+        "bound": "the cores",
+        "cores": 2.0,
+        "iteration_cpu_s": 0.5,
+    }
+    wall = 100.0
+    return {
+        "size": size,
+        "round": round_,
+        "results": rate * wall,
+        "wall_s": wall,
+        "outside": outside,
+        "outside_before": 0.3,
+        "forecast": forecast,
+    }
+
+
+def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_rounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scale = _benchmark("population_scale")
+    rows = [
+        _scale_row(4, 1, 2.0, 0.40),
+        _scale_row(8, 1, 1.0, 0.50),
+        _scale_row(4, 2, 1.0, 0.50),
+        _scale_row(8, 2, 1.2, 0.50),
+        _scale_row(4, 3, 1.8, 0.60),
+    ]
+    scale.forecast_table(rows)
+    out = capsys.readouterr().out
+    lines = {line.split("|")[1].strip(): line for line in out.splitlines() if line[:3] == "| 4"}
+    lines |= {line.split("|")[1].strip(): line for line in out.splitlines() if line[:3] == "| 8"}
+    # Size 4: three rounds; rates 1.0, 1.8, 2.0 -> median 1.8, the forecast 2.0 is +11%;
+    # outside 40-60% -> median 50%, the forecast 50% is +0%.
+    four = [cell.strip() for cell in lines["4"].split("|")[1:-1]]
+    assert four[1] == "3" and four[5] == "1.80 [1.00-2.00]" and four[6] == "+11%"
+    assert four[8] == "50.0% [40.0-60.0]" and four[9] == "+0%"
+    # Size 8: two rounds; rates 1.0 and 1.2 -> median 1.1, the forecast 2.0 is +82%.
+    eight = [cell.strip() for cell in lines["8"].split("|")[1:-1]]
+    assert eight[1] == "2" and eight[5] == "1.10 [1.00-1.20]" and eight[6] == "+82%"
+    assert "within 25% of the measured median: 3 of 4" in out
+
+
+def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
+    from workbench.plan.population import (
+        Constants,
+        TrialCosts,
+        exploits_of,
+        forecast,
+        with_constants,
+    )
+
+    scale = _benchmark("population_scale")
+    draws = ((0.3, 0.3), (0.5, 0.5), (0.7, 0.7))
+    costs = TrialCosts(
+        processes=1,
+        start_s=0.0,
+        iterations=draws,
+        result_s=0.0,
+        result_s_per_process=0.0,
+        crowd_exponent=1.0,
+        driver_s=0.0,
+        ray_cores_per_node=0.0,
+        source="test",
+    )
+    truth = Constants(8.0, 0.3, 0.02, 2.0, 0.1, 0.05)
+    exploits = exploits_of(scale._scheduler())
+    rows = []
+    for size in (6, 12):
+        fc = forecast(
+            with_constants(costs, truth),
+            trials=size,
+            at_once=size,
+            cores=2.0,
+            iterations=10,
+            exploits=exploits,
+            nodes=4,
+        )
+        for round_, scale_by in ((1, 0.9), (2, 1.0), (3, 1.3)):  # the median is the truth
+            rows.append(
+                {
+                    "size": size,
+                    "round": round_,
+                    "nodes": 4,
+                    "iterations": 10,
+                    "results": fc.results,
+                    "wall_s": fc.wall_s * scale_by,
+                    "outside": fc.outside * scale_by,
+                    "driver_cpu_s": 0.1 * fc.results,
+                    "ray_cpu_s": 0.2 * fc.wall_s * scale_by,
+                    "forecast": {"cores": 2.0, "iteration_costs": [list(d) for d in draws]},
+                }
+            )
+    # A grid holding the truth among its neighbours: the fit picks it and stays there.
+    grid = [
+        (s, r, k, e)
+        for s in (6.0, 8.0)
+        for r in (0.2, 0.3)
+        for k in (0.02, 0.04)
+        for e in (1.0, 2.0)
+    ]
+    fitted = scale.calibration(rows, grid=grid)
+    assert fitted["largest_error"] < 0.01
+    assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
+    assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
+    assert fitted["driver_s"] == pytest.approx(0.1)
+    assert fitted["ray_cores_per_node"] == pytest.approx(0.05)

@@ -45,7 +45,9 @@ def costs(iteration: float = 0.5, **changes: Any) -> TrialCosts:
         "start_s": 8.0,
         "iterations": ((iteration, iteration),),
         "result_s": 0.05,
-        "result_s_per_trial": 0.0,
+        "result_s_per_process": 0.0,
+        "crowd_exponent": 1.0,
+        "ray_cores_per_node": 0.0,
         "driver_s": 0.1,
         "source": "test",
     }
@@ -104,6 +106,35 @@ def test_the_driver_takes_a_core_before_the_trials() -> None:
     # (2-4 s), and the trials share it again while it has none (4-6 s).
     assert two.wall_s == pytest.approx(8.0)
     assert two.results == 4 and two.cores_busy == pytest.approx(1.0)
+
+
+def test_a_results_wait_grows_with_the_trial_processes_per_core() -> None:
+    c = costs(result_s=0.1, result_s_per_process=0.05, crowd_exponent=2.0)
+    assert c.per_result_s(8, 2.0) == pytest.approx(0.1 + 0.05 * 4**2)  # 4 a core
+    assert c.per_result_s(8, 8.0) == pytest.approx(0.1 + 0.05)  # 1 a core
+    # Every process of a trial counts: its env runners crowd the cores too.
+    runners = costs(processes=3, result_s=0.1, result_s_per_process=0.05)
+    assert runners.per_result_s(2, 3.0) == pytest.approx(0.1 + 0.05 * 2)
+
+    def share(trials: int, **wait: float) -> float:
+        c = costs(driver_s=0.0, **wait)
+        return forecast(c, trials=trials, at_once=trials, cores=2, iterations=20).outside
+
+    # A fixed wait is a smaller share of longer iterations as the population crowds the
+    # same cores; a wait that grows faster than the crowd is a larger one.
+    assert share(32, result_s=0.2) < share(4, result_s=0.2)
+    growing = {"result_s": 0.0, "result_s_per_process": 0.01, "crowd_exponent": 2.0}
+    assert share(32, **growing) > share(4, **growing) + 0.05
+
+
+def test_rays_own_processes_on_each_node_take_their_share_of_the_cores() -> None:
+    c = costs(result_s=0.0, driver_s=0.0, ray_cores_per_node=0.05)
+    four = forecast(c, trials=8, at_once=8, cores=2, iterations=10, nodes=4)
+    bare = forecast(
+        costs(result_s=0.0, driver_s=0.0), trials=8, at_once=8, cores=1.8, iterations=10
+    )
+    assert four.wall_s == pytest.approx(bare.wall_s)
+    assert four.wall_s == pytest.approx(8 * (8.0 + 10 * 0.5) / 1.8)
 
 
 def test_a_population_larger_than_its_slots_takes_the_next_trial_as_one_ends() -> None:

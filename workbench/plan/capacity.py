@@ -437,6 +437,7 @@ def forecast_population(
         cores=cluster.cores,
         iterations=iterations,
         exploits=exploits_of(exp.scheduler),
+        nodes=len(cluster.nodes),
     )
 
 

@@ -6,10 +6,12 @@ The model (docs/resources.md, "The population forecast") simulates the run resul
 (``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
 import torch and RLlib and build their part of the algorithm), then it loops: ``train()``
 (sampling and learning, at the cost its drawn hyperparameters give), the driver handles the
-result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its workers at
-niceness 15), and the trial waits ``result`` seconds that no core sets (Tune's loop, the
-checkpoint's I/O, Ray's calls) before its next ``train()``. The trials share what the driver
-leaves of the cores equally, none faster than its own time with a core per process.
+result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its workers
+at niceness 15), and the trial waits before its next ``train()``: ``result`` seconds, and a
+part that grows with the trial processes running per core (Tune's loop, the checkpoint's
+I/O, and Ray's calls, each hop of which waits its turn on crowded cores). The trials share
+what the driver leaves of the cores equally, none faster than its own time with a core per
+process.
 
 The trials differ: each draws its hyperparameters, and ``num_epochs`` or ``minibatch_size``
 can make one ``train()`` ten times another's. The population's ``n`` trials take ``n``
@@ -19,7 +21,7 @@ decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained: 
 behind restarts from a leader's checkpoint, skipping iterations and taking the leader's
 cost.
 
-The constants were fitted on this machine with ``benchmarks/population_scale.py
+The constants were measured or fitted on this machine with ``benchmarks/population_scale.py
 --calibrate`` on populations of 6 and 12 (the sizes it does not report on; docs/benchmarks/
 population-scale.md); the iteration's cost comes from the plan's throughput figures
 (documented rates, or ``--probe``'s measurement)."""
@@ -44,15 +46,22 @@ class Constants:
     """Seconds fitted here (see the module's docstring)."""
 
     # A trial process's start, in CPU seconds, placed among the others of its population
-    # (alone, a fresh process takes about 5: Ray's actor, the trial's setup and the
-    # others starting beside it make up the rest).
-    start_s: float = 14.0
-    # A result's wait outside train() that the cores do not set (Tune's loop, the
-    # checkpoint's I/O, Ray's calls): a fixed part and a part per trial at once.
-    result_s: float = 0.6
-    result_s_per_trial: float = 0.0
-    # The driver's CPU per result.
-    driver_s: float = 0.12
+    # (alone, a fresh process takes about 5 CPU s; Ray creating the trials' groups and
+    # actors one by one, and the others starting beside it, make up the rest).
+    start_s: float = 10.0
+    # A result's wait outside train() that the cores' speed does not set (Tune's loop, the
+    # checkpoint's I/O, Ray's calls): a fixed part, and a part that grows with the trial
+    # processes running per core, ``result_s_per_process x crowd ** crowd_exponent`` (each
+    # hop of the result and of the next call, between the trial's threads, its raylet and
+    # the driver, waits its turn among the processes on the cores).
+    result_s: float = 0.0
+    result_s_per_process: float = 0.01
+    crowd_exponent: float = 1.0
+    # The driver's CPU per result (measured).
+    driver_s: float = 0.11
+    # Ray's own processes on each node (its raylet, agents and idle workers): the share of
+    # a core they keep busy, which the trials do not get (measured).
+    ray_cores_per_node: float = 0.05
 
 
 MEASURED = Constants()
@@ -78,13 +87,18 @@ class TrialCosts:
     # trial's processes, wall s with a core per process).
     iterations: tuple[tuple[float, float], ...]
     result_s: float
-    result_s_per_trial: float
+    result_s_per_process: float
+    crowd_exponent: float
     driver_s: float
+    ray_cores_per_node: float
     source: str  # where the iteration's cost comes from
 
-    def per_result_s(self, at_once: int) -> float:
-        """Outside train() and the driver, a result, with ``at_once`` trials running."""
-        return max(0.0, self.result_s + self.result_s_per_trial * at_once)
+    def per_result_s(self, at_once: int, cores: float) -> float:
+        """Outside train() and the driver, a result, with ``at_once`` trials running on
+        ``cores``."""
+        crowd = self.processes * at_once / max(cores, 1e-9)
+        grows = self.result_s_per_process * math.pow(crowd, self.crowd_exponent)
+        return max(0.0, self.result_s + grows)
 
     @property
     def iteration_cpu_s(self) -> float:
@@ -175,8 +189,10 @@ def trial_costs(
         start_s=constants.start_s,
         iterations=iterations,
         result_s=constants.result_s,
-        result_s_per_trial=constants.result_s_per_trial,
+        result_s_per_process=constants.result_s_per_process,
+        crowd_exponent=constants.crowd_exponent,
         driver_s=constants.driver_s,
+        ray_cores_per_node=constants.ray_cores_per_node,
         source="measured by --probe" if rate.measured else "documented rates",
     )
 
@@ -186,8 +202,10 @@ def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
         costs,
         start_s=constants.start_s,
         result_s=constants.result_s,
-        result_s_per_trial=constants.result_s_per_trial,
+        result_s_per_process=constants.result_s_per_process,
+        crowd_exponent=constants.crowd_exponent,
         driver_s=constants.driver_s,
+        ray_cores_per_node=constants.ray_cores_per_node,
     )
 
 
@@ -221,15 +239,18 @@ def forecast(
     cores: float,
     iterations: int | None,
     exploits: Exploits | None = None,
+    nodes: int = 1,
 ) -> Forecast:
     """The population's wall time, train() calls and share outside train(): the mean of
-    simulated runs (``workbench.plan.simulate``) over orders of the trials' draws."""
+    simulated runs (``workbench.plan.simulate``) over orders of the trials' draws, on what
+    Ray's own processes on the ``nodes`` leave of the ``cores``."""
     count = iterations or _DEFAULT_ITERATIONS
     slots = min(at_once, trials)
+    left = max(cores - nodes * costs.ray_cores_per_node, cores / 2)
     sim_costs = Costs(
         processes=costs.processes,
         start_s=costs.start_s,
-        rest_s=costs.per_result_s(slots),
+        rest_s=costs.per_result_s(slots, left),
         driver_s=costs.driver_s,
     )
     draws = costs.quantiles(trials)
@@ -243,7 +264,7 @@ def forecast(
                 sim_costs,
                 order,
                 at_once=at_once,
-                cores=cores,
+                cores=left,
                 iterations=count,
                 exploits=exploits,
                 seed=seed,
