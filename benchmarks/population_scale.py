@@ -432,6 +432,7 @@ def run_size(
     for pid in memory.peak_mb:
         node = memory.node_of.get(pid, "?")
         per_node[node] = per_node.get(node, 0) + 1
+    trial_cpu_s, ray_cpu_s = memory.cpu_s()
     figures = {
         "size": size,
         "round": round_,
@@ -443,8 +444,8 @@ def run_size(
         "results": sum(len(rows) for rows in trials.values()),
         "iterations": args.iterations,
         "driver_cpu_s": driver_cpu_s,
-        "trial_cpu_s": memory.cpu_s()[0],
-        "ray_cpu_s": memory.cpu_s()[1],
+        "trial_cpu_s": trial_cpu_s,
+        "ray_cpu_s": ray_cpu_s,
         "outside": 1.0 - train_s / (size * fit.seconds),
         "trial_processes": len(peaks),
         "rss_median_mb": statistics.median(peaks) if peaks else float("nan"),
@@ -752,14 +753,15 @@ def calibration(
     driver = sum(f["driver_cpu_s"] for f in rows) / max(sum(f["results"] for f in rows), 1)
     ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
     exploits = exploits_of(_scheduler())
-    sizes = sorted({(f["size"], f.get("iterations", 40), f["nodes"]) for f in rows})
+    groups: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    for f in rows:  # the rounds of each size
+        groups.setdefault((f["size"], f.get("iterations", 40), f["nodes"]), []).append(f)
     measured = {
         key: (
             statistics.median(f["results"] / f["wall_s"] for f in runs),
             statistics.median(f["outside"] for f in runs),
         )
-        for key in sizes
-        for runs in [[f for f in rows if (f["size"], f.get("iterations", 40), f["nodes"]) == key]]
+        for key, runs in groups.items()
     }
 
     def error(point: tuple[float, ...]) -> float:
