@@ -67,6 +67,9 @@ def test_the_built_wheel_works_installed_apart_from_the_clone(tmp_path: Path) ->
     empty.mkdir()
     env = {**os.environ, "PYTHONPATH": ""}
     env.pop("VIRTUAL_ENV", None)
+    # A user's Python writes bytecode as it imports; without it (as where this variable is
+    # set) every Ray worker compiles Ray, torch and MLflow from source again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     probe = (
         "import gymnasium as gym, sim_ext, workbench\n"
