@@ -722,9 +722,10 @@ def calibration(
 
     * measured: the driver's CPU a result (its process's over the runs, a result), and the
       share of a core Ray's own processes kept busy on each node (the median over the runs);
-    * fitted: a process's start, a result's fixed wait outside train(), and its wait
-      growing with the trial processes per core (a factor and an exponent): the four, on a
-      grid refined around its best point (``grid``: another grid to start from), whose
+    * fitted: a process's start, a result's fixed wait outside train(), its wait growing
+      with the trial processes per core (a factor and an exponent), and how much dearer a
+      train() is a process per core: the five, on a grid refined around its best point
+      (``grid``: another grid to start from), whose
       simulated runs come nearest the median over each size's rounds of the results per
       second and of the share outside train(), the figures the benchmark's bar judges
       (the largest relative error of those, over the sizes, as small as it can be).
@@ -745,6 +746,7 @@ def calibration(
         result_s=0.0,
         result_s_per_process=0.0,
         crowd_exponent=1.0,
+        train_per_process=0.0,
         driver_s=0.0,
         ray_cores_per_node=0.0,
         source="the runs' probe",
@@ -765,8 +767,17 @@ def calibration(
     }
 
     def error(point: tuple[float, ...]) -> float:
-        start, rest, crowd, exponent = point
-        model = with_constants(costs, Constants(start, rest, crowd, exponent, driver, ray))
+        start, rest, crowd, exponent, dearer = point
+        constants = Constants(
+            start_s=start,
+            result_s=rest,
+            result_s_per_process=crowd,
+            crowd_exponent=exponent,
+            train_per_process=dearer,
+            driver_s=driver,
+            ray_cores_per_node=ray,
+        )
+        model = with_constants(costs, constants)
         worst = 0.0
         for (size, iterations, nodes), (rate, outside) in measured.items():
             fc = forecast(
@@ -781,29 +792,32 @@ def calibration(
             worst = max(worst, abs(fc.iterations_per_s / rate - 1), abs(fc.outside / outside - 1))
         return worst
 
-    # start s, fixed wait s, wait s per (process per core) ** exponent, exponent
+    # start s, fixed wait s, wait s per (process per core) ** exponent, exponent, train()
+    # dearer per process per core
     grid = grid or [
-        (2.0 * s, 0.1 * r, k, e)
-        for s in range(1, 10)
-        for r in range(11)
-        for k in (0.0, *(0.001 * 2**i for i in range(11)))
+        (2.0 * s, 0.2 * r, k, e, d)
+        for s in range(1, 8)
+        for r in range(6)
+        for k in (0.0, *(0.002 * 2**i for i in range(8)))
         for e in (1.0, 2.0)
+        for d in (0.0, 0.02, 0.05, 0.1)
     ]
     best = min(grid, key=error)
-    steps = (1.0, 0.05, max(best[2], 0.001) / 2, 0.0)
+    steps = (1.0, 0.1, max(best[2], 0.002) / 2, 0.0, max(best[4], 0.01) / 2)
     for _ in range(3):  # halve the steps around the best point so far
         near = {
             tuple(max(0.0, b + k * step) for b, k, step in zip(best, ks, steps, strict=True))
-            for ks in itertools.product((-1, 0, 1), repeat=4)
+            for ks in itertools.product((-1, 0, 1), repeat=5)
         }
         best = min(near, key=error)
         steps = tuple(step / 2 for step in steps)
-    start, rest, crowd, exponent = best
+    start, rest, crowd, exponent, dearer = best
     return {
         "start_s": start,
         "result_s": rest,
         "result_s_per_process": crowd,
         "crowd_exponent": exponent,
+        "train_per_process": dearer,
         "driver_s": driver,
         "ray_cores_per_node": ray,
         "largest_error": error(best),

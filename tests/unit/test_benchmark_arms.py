@@ -428,11 +428,20 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         result_s=0.0,
         result_s_per_process=0.0,
         crowd_exponent=1.0,
+        train_per_process=0.0,
         driver_s=0.0,
         ray_cores_per_node=0.0,
         source="test",
     )
-    truth = Constants(8.0, 0.3, 0.02, 2.0, 0.1, 0.05)
+    truth = Constants(
+        start_s=8.0,
+        result_s=0.3,
+        result_s_per_process=0.02,
+        crowd_exponent=2.0,
+        train_per_process=0.05,
+        driver_s=0.1,
+        ray_cores_per_node=0.05,
+    )
     exploits = exploits_of(scale._scheduler())
     rows = []
     for size in (6, 12):
@@ -462,15 +471,17 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
             )
     # A grid holding the truth among its neighbours: the fit picks it and stays there.
     grid = [
-        (s, r, k, e)
+        (s, r, k, e, d)
         for s in (6.0, 8.0)
         for r in (0.2, 0.3)
         for k in (0.02, 0.04)
         for e in (1.0, 2.0)
+        for d in (0.0, 0.05)
     ]
     fitted = scale.calibration(rows, grid=grid)
     assert fitted["largest_error"] < 0.01
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
     assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
+    assert fitted["train_per_process"] == 0.05
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)

@@ -47,6 +47,7 @@ def costs(iteration: float = 0.5, **changes: Any) -> TrialCosts:
         "result_s": 0.05,
         "result_s_per_process": 0.0,
         "crowd_exponent": 1.0,
+        "train_per_process": 0.0,
         "ray_cores_per_node": 0.0,
         "driver_s": 0.1,
         "source": "test",
@@ -125,6 +126,25 @@ def test_a_results_wait_grows_with_the_trial_processes_per_core() -> None:
     assert share(32, result_s=0.2) < share(4, result_s=0.2)
     growing = {"result_s": 0.0, "result_s_per_process": 0.01, "crowd_exponent": 2.0}
     assert share(32, **growing) > share(4, **growing) + 0.05
+
+
+def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
+    c = costs(train_per_process=0.1)
+    assert c.train_factor(8, 2.0) == pytest.approx(1.4)  # 4 a core
+    assert c.train_factor(1, 4.0) == pytest.approx(1.025)
+    # The same population as one whose train() simply cost 40% more.
+    crowded = forecast(
+        costs(result_s=0.0, driver_s=0.0, train_per_process=0.1),
+        trials=8,
+        at_once=8,
+        cores=2,
+        iterations=10,
+    )
+    dearer = forecast(
+        costs(0.5 * 1.4, result_s=0.0, driver_s=0.0), trials=8, at_once=8, cores=2, iterations=10
+    )
+    assert crowded.wall_s == pytest.approx(dearer.wall_s)
+    assert crowded.wall_s == pytest.approx(8 * (8.0 + 10 * 0.7) / 2)
 
 
 def test_rays_own_processes_on_each_node_take_their_share_of_the_cores() -> None:

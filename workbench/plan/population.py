@@ -5,13 +5,13 @@ the trials share.
 The model (docs/resources.md, "The population forecast") simulates the run result by result
 (``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
 import torch and RLlib and build their part of the algorithm), then it loops: ``train()``
-(sampling and learning, at the cost its drawn hyperparameters give), the driver handles the
-result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its workers
-at niceness 15), and the trial waits before its next ``train()``: ``result`` seconds, and a
-part that grows with the trial processes running per core (Tune's loop, the checkpoint's
-I/O, and Ray's calls, each hop of which waits its turn on crowded cores). The trials share
-what the driver leaves of the cores equally, none faster than its own time with a core per
-process.
+(sampling and learning, at the cost its drawn hyperparameters give, dearer by a share that
+grows with the trial processes running per core), the driver handles the result (``driver``
+CPU seconds on one core, taken before the trials': Ray runs its workers at niceness 15),
+and the trial waits before its next ``train()``: ``result`` seconds, and a part that grows
+with the trial processes per core (Tune's loop, the checkpoint's I/O, and Ray's calls, each
+hop of which waits its turn on crowded cores). The trials share what the driver leaves of
+the cores equally, none faster than its own time with a core per process.
 
 The trials differ: each draws its hyperparameters, and ``num_epochs`` or ``minibatch_size``
 can make one ``train()`` ten times another's. The population's ``n`` trials take ``n``
@@ -22,8 +22,8 @@ behind restarts from a leader's checkpoint, skipping iterations and taking the l
 cost.
 
 The constants were measured or fitted on this machine with ``benchmarks/population_scale.py
---calibrate`` on populations of 6 and 12 (the sizes it does not report on; docs/benchmarks/
-population-scale.md); the iteration's cost comes from the plan's throughput figures
+--calibrate`` on populations of 6, 12 and 24 (the sizes it does not report on; docs/
+benchmarks/population-scale.md); the iteration's cost comes from the plan's throughput figures
 (documented rates, or ``--probe``'s measurement)."""
 
 from __future__ import annotations
@@ -41,27 +41,31 @@ from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Constants:
     """Seconds fitted here (see the module's docstring)."""
 
     # A trial process's start, in CPU seconds, placed among the others of its population
     # (alone, a fresh process takes about 5 CPU s; Ray creating the trials' groups and
     # actors one by one, and the others starting beside it, make up the rest).
-    start_s: float = 10.0
+    start_s: float = 9.75
     # A result's wait outside train() that the cores' speed does not set (Tune's loop, the
     # checkpoint's I/O, Ray's calls): a fixed part, and a part that grows with the trial
     # processes running per core, ``result_s_per_process x crowd ** crowd_exponent`` (each
     # hop of the result and of the next call, between the trial's threads, its raylet and
     # the driver, waits its turn among the processes on the cores).
     result_s: float = 0.0
-    result_s_per_process: float = 0.01
-    crowd_exponent: float = 1.0
+    result_s_per_process: float = 0.0075
+    crowd_exponent: float = 2.0
+    # A train() costs more on crowded cores than the probe's, alone: this fraction more per
+    # trial process running per core (the caches and memory bus shared among more processes,
+    # more switches between them).
+    train_per_process: float = 0.035
     # The driver's CPU per result (measured).
-    driver_s: float = 0.11
+    driver_s: float = 0.118
     # Ray's own processes on each node (its raylet, agents and idle workers): the share of
     # a core they keep busy, which the trials do not get (measured).
-    ray_cores_per_node: float = 0.05
+    ray_cores_per_node: float = 0.045
 
 
 MEASURED = Constants()
@@ -89,16 +93,26 @@ class TrialCosts:
     result_s: float
     result_s_per_process: float
     crowd_exponent: float
+    train_per_process: float
     driver_s: float
     ray_cores_per_node: float
     source: str  # where the iteration's cost comes from
 
+    def crowd(self, at_once: int, cores: float) -> float:
+        """Trial processes per core with ``at_once`` trials running on ``cores``."""
+        return self.processes * at_once / max(cores, 1e-9)
+
     def per_result_s(self, at_once: int, cores: float) -> float:
         """Outside train() and the driver, a result, with ``at_once`` trials running on
         ``cores``."""
-        crowd = self.processes * at_once / max(cores, 1e-9)
-        grows = self.result_s_per_process * math.pow(crowd, self.crowd_exponent)
+        grows = self.result_s_per_process * math.pow(
+            self.crowd(at_once, cores), self.crowd_exponent
+        )
         return max(0.0, self.result_s + grows)
+
+    def train_factor(self, at_once: int, cores: float) -> float:
+        """How much dearer a train() is with ``at_once`` trials on ``cores`` than alone."""
+        return 1.0 + self.train_per_process * self.crowd(at_once, cores)
 
     @property
     def iteration_cpu_s(self) -> float:
@@ -191,6 +205,7 @@ def trial_costs(
         result_s=constants.result_s,
         result_s_per_process=constants.result_s_per_process,
         crowd_exponent=constants.crowd_exponent,
+        train_per_process=constants.train_per_process,
         driver_s=constants.driver_s,
         ray_cores_per_node=constants.ray_cores_per_node,
         source="measured by --probe" if rate.measured else "documented rates",
@@ -204,6 +219,7 @@ def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
         result_s=constants.result_s,
         result_s_per_process=constants.result_s_per_process,
         crowd_exponent=constants.crowd_exponent,
+        train_per_process=constants.train_per_process,
         driver_s=constants.driver_s,
         ray_cores_per_node=constants.ray_cores_per_node,
     )
@@ -253,7 +269,8 @@ def forecast(
         rest_s=costs.per_result_s(slots, left),
         driver_s=costs.driver_s,
     )
-    draws = costs.quantiles(trials)
+    dearer = costs.train_factor(slots, left)
+    draws = [(cpu * dearer, wall * dearer) for cpu, wall in costs.quantiles(trials)]
     rounds = max(1, min(_ROUNDS, _RESULTS_SIMULATED // max(trials * count, 1)))
     runs = []
     for seed in range(rounds):
