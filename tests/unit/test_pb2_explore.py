@@ -17,7 +17,7 @@ from ray.tune.schedulers.pbt import _PBTTrialState
 
 from workbench.tune_ext import pb2_explore
 from workbench.tune_ext.pb2_explore import MIN_SEPARATION, crowded, spread_point
-from workbench.tune_ext.pbt import WorkbenchPB2
+from workbench.tune_ext.pb2_scheduler import WorkbenchPB2
 
 BOUNDS: dict[str, Any] = {"lr": [1e-5, 1e-3], "lambda_": [0.9, 1.0]}
 GP_BOUNDS = [(-5.0, -3.0), (0.9, 1.0)]

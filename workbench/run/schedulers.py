@@ -19,7 +19,7 @@ from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import SCORE_METRIC
 from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
 from workbench.tune_ext.optuna_study import StudySearch
-from workbench.tune_ext.pbt import WorkbenchASHA, WorkbenchFIFO, WorkbenchPB2, WorkbenchPBT
+from workbench.tune_ext.pbt import WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
 from workbench.tune_ext.replay import replay_scheduler
 from workbench.tune_ext.scheduler_state import TIME_ATTR
 
@@ -81,6 +81,8 @@ def scheduler(
         pbt.explore_by(space)
         return pbt
     if section.type == "pb2":
+        from workbench.tune_ext.pb2_scheduler import WorkbenchPB2  # scikit-learn: PB2's own
+
         pb2 = WorkbenchPB2(
             time_attr=TIME_ATTR,
             metric=ranked,

@@ -1,5 +1,5 @@
-"""The workbench's PBT, PB2, ASHA and FIFO: Tune's schedulers with the fixes of
-docs/ray-fixes.md ("Population-based training", "Resume") as mixins over their private
+"""The workbench's PBT, ASHA and FIFO (PB2's in ``pb2_scheduler``): Tune's schedulers with
+the fixes of docs/ray-fixes.md ("Population-based training", "Resume") as mixins over their private
 methods and state (``_exploit``, ``_checkpoint_or_exploit``, ``_trial_state``, ...).
 The lineage recorder and the exploit rules are here; the state kept for a resume is in
 ``pbt_state``, the fixes to how trials are paused and restarted in ``pbt_pauses``.
@@ -25,7 +25,6 @@ from ray.tune.schedulers import (
     PopulationBasedTraining,
     TrialScheduler,
 )
-from ray.tune.schedulers.pb2 import PB2
 from ray.tune.utils import flatten_dict
 
 from workbench.experiment.search_space import ParamSpec, explore
@@ -41,7 +40,6 @@ from workbench.trial.candidates import (
     CANDIDATE_RETURN_METRIC,
     CANDIDATE_STD_METRIC,
 )
-from workbench.tune_ext.pb2_explore import SpreadPB2Explore
 from workbench.tune_ext.pbt_pauses import KeepExploitedActor, NoIdlePause, NoStopAfterSave
 from workbench.tune_ext.pbt_state import ResumablePBT
 from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
@@ -464,7 +462,8 @@ class PopulationMixins(
 
 
 # The classes handed to Tune stay in this module: Tune pickles the scheduler into its
-# experiment state, and a resume finds the class by its module's path.
+# experiment state, and a resume finds the class by its module's path (PB2's moved to
+# ``pb2_scheduler``; ``__getattr__`` below still finds it here).
 class WorkbenchPBT(PopulationMixins, PopulationBasedTraining):
     # The experiment's search space: explores by its blocks (ParamSpec.perturb: integers
     # and quantized values always move, lists move to a neighbour); Tune's explore
@@ -488,15 +487,6 @@ class WorkbenchPBT(PopulationMixins, PopulationBasedTraining):
         )
 
 
-class WorkbenchPB2(SpreadPB2Explore, PopulationMixins, PB2):
-    _GLOBAL_FIELDS = (
-        *ResumablePBT._GLOBAL_FIELDS,
-        "data",
-        "last_exploration_time",
-        "current",
-    )
-
-
 class WorkbenchASHA(ResumableScheduler, ASHAScheduler):
     """ASHA's rungs (the scores each trial recorded at each milestone) and brackets."""
 
@@ -514,3 +504,12 @@ class WorkbenchASHA(ResumableScheduler, ASHAScheduler):
 class WorkbenchFIFO(ResumableScheduler, FIFOScheduler):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+
+
+def __getattr__(name: str) -> Any:
+    """PB2 lived here: a results folder from then names it here in its pickled tuner."""
+    if name == "WorkbenchPB2":
+        from workbench.tune_ext.pb2_scheduler import WorkbenchPB2
+
+        return WorkbenchPB2
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
