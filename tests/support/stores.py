@@ -4,6 +4,7 @@ its trial runs, their metric histories, tags and lineage artifact."""
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -120,10 +121,27 @@ class Store:
             self.client.log_artifact(population, str(path))
 
 
+@functools.cache
+def _empty_store() -> bytes:
+    """The file of an empty store: MLflow's schema migrations take seconds, so they run
+    once a test process and every new store starts from a copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mlflow.db"
+        client_for(f"sqlite:///{path}").search_experiments()  # creates the schema
+        return path.read_bytes()
+
+
+def seed_store(path: Path) -> None:
+    """An empty store's file at ``path`` unless a store is there: what MLflow would create
+    on first use, without its migrations."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_empty_store())
+
+
 def new_store(folder: Path) -> Store:
     """An empty sqlite store at ``folder / "mlflow.db"``, artifacts beside it."""
-    folder.mkdir(parents=True, exist_ok=True)
+    seed_store(folder / "mlflow.db")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     client: MlflowClient = client_for(uri)  # as the commands make it (no progress bars)
-    client.search_experiments()  # creates the schema
     return Store(uri, client, folder / "mlartifacts")

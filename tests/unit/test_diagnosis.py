@@ -19,6 +19,7 @@ from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.utils.metrics.stats.ema import EmaStats
 
 from tests.support.experiments import tiny_ppo, write_experiment
+from tests.support.stores import seed_store
 from tests.support.trials import FakeTrial as TuneTrial
 from workbench.analysis.diagnosis import diagnose
 from workbench.cli import main
@@ -347,6 +348,7 @@ def _store_with_a_population(tmp_path: Path) -> str:
     """A store written by the real tracker from results the callback completed."""
     from workbench.tracking.callback import MlflowTracker, TrackingTarget
 
+    seed_store(tmp_path / "mlflow.db")
     target = TrackingTarget(
         uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
         experiment="exp",

@@ -20,6 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 
+from tests.support.stores import seed_store
 from tests.support.trials import FakeTrial
 from workbench.analysis.lineage import check_sequence
 from workbench.analysis.population_plots import render_population_pngs
@@ -59,6 +60,7 @@ class Flaky:
 
 
 def _target(tmp_path: Path, **kw: Any) -> TrackingTarget:
+    seed_store(tmp_path / "mlflow.db")
     return TrackingTarget(
         uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
         experiment="exp",
