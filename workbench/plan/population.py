@@ -32,7 +32,7 @@ import math
 import random
 import statistics
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from workbench.experiment.schema import StopSection
@@ -200,29 +200,15 @@ def trial_costs(
         return None
     return TrialCosts(
         processes=processes,
-        start_s=constants.start_s,
         iterations=iterations,
-        result_s=constants.result_s,
-        result_s_per_process=constants.result_s_per_process,
-        crowd_exponent=constants.crowd_exponent,
-        train_per_process=constants.train_per_process,
-        driver_s=constants.driver_s,
-        ray_cores_per_node=constants.ray_cores_per_node,
         source="measured by --probe" if rate.measured else "documented rates",
+        **asdict(constants),
     )
 
 
 def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
-    return replace(
-        costs,
-        start_s=constants.start_s,
-        result_s=constants.result_s,
-        result_s_per_process=constants.result_s_per_process,
-        crowd_exponent=constants.crowd_exponent,
-        train_per_process=constants.train_per_process,
-        driver_s=constants.driver_s,
-        ray_cores_per_node=constants.ray_cores_per_node,
-    )
+    """``costs`` with every constant of ``constants`` (TrialCosts has a field of each)."""
+    return replace(costs, **asdict(constants))
 
 
 def iterations_of(stop: StopSection, batch: float) -> int | None:
