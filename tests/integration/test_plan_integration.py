@@ -283,3 +283,11 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     text = "\n".join(plan.lines())
     assert "measured by --probe on this machine" in text
     assert "this machine has no CUDA, so the CPU was measured" in text
+    # Measured with the torch threads a trial's learner gets (one here), and both costs of
+    # an epoch reported.
+    assert "on CPU, 1 torch thread:" in text
+    assert rate.learner_costs is not None and rate.learner_costs[0] > 0
+    figures = plan.to_json()["throughput"]
+    assert figures["learner_s_per_sample"] == rate.learner_costs[0]
+    assert figures["learner_s_per_minibatch"] == rate.learner_costs[1]
+    assert "ms per minibatch +" in text

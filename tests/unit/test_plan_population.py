@@ -323,3 +323,30 @@ def test_the_probe_separates_the_cost_per_sample_from_the_cost_per_minibatch() -
     assert per_sample == pytest.approx(20e-6) and per_minibatch == pytest.approx(2e-3)
     # One minibatch size searched: no second point, all of it per sample.
     assert _two_point(2000, 512, 512, epoch_s) == (pytest.approx(epoch_s(512) / 2000), 0.0)
+
+
+def test_the_probe_measures_with_the_torch_threads_a_trial_gets() -> None:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from workbench.plan.throughput import _trial_threads
+    from workbench.trial.callbacks import callbacks_class
+
+    def config(threads: int | None, **learners: Any) -> Any:
+        return (
+            PPOConfig()
+            .callbacks(callbacks_class(torch_threads=threads))
+            .env_runners(num_env_runners=4, num_cpus_per_env_runner=2)
+            .resources(num_cpus_for_main_process=3)
+            .learners(**learners)
+        )
+
+    # The small_env defaults fix the threads of every trial process.
+    assert _trial_threads(config(1, num_learners=0)) == (1, 1)
+    # Otherwise Ray's rule: each actor's whole CPUs, at least one. The learner in the main
+    # process gets that process's bundle, a remote one its own (none with a GPU: one thread).
+    assert _trial_threads(config(None, num_learners=0)) == (2, 3)
+    assert _trial_threads(config(None, num_learners=1, num_cpus_per_learner=4)) == (2, 4)
+    assert _trial_threads(config(None, num_learners=1, num_gpus_per_learner=1)) == (2, 1)
+    assert _trial_threads(config(None, num_learners=1, num_cpus_per_learner=0.5)) == (2, 1)
+    runners_none = config(None, num_learners=0).env_runners(num_env_runners=0)
+    assert _trial_threads(runners_none) == (3, 3)

@@ -248,6 +248,9 @@ class Plan:
                 "env_steps_per_s_per_runner": rate.per_runner,
                 "sampling_env_steps_per_s": rate.sampling,
                 "learner_env_steps_per_s": [rate.learner_low, rate.learner_high],
+                # One learner epoch: s per sample and s per minibatch (None: not estimated).
+                "learner_s_per_sample": rate.learner_costs[0] if rate.learner_costs else None,
+                "learner_s_per_minibatch": rate.learner_costs[1] if rate.learner_costs else None,
                 "ratio": list(rate.ratio) if rate.ratio else None,
                 "measured": rate.measured,
                 "detail": rate.detail,

@@ -251,6 +251,8 @@ def probe_throughput(
 
     res = exp.resources
     gpu = res.gpus_per_learner > 0 and torch.cuda.is_available()
+    runner_threads, learner_threads = _trial_threads(config)
+    threads_before = torch.get_num_threads()
     config = (
         config.copy(copy_frozen=False)
         .env_runners(num_env_runners=0)
@@ -259,6 +261,7 @@ def probe_throughput(
     model = _learner_model(exp.algorithm, space, config)
     algo: Any = config.build_algo()
     try:
+        torch.set_num_threads(runner_threads)
         runner = algo.env_runner
         runner.sample(num_timesteps=256)  # warm-up: the first calls allocate buffers
         steps, start = 0, time.perf_counter()
@@ -271,7 +274,7 @@ def probe_throughput(
         detail = [
             f"per runner: {res.env_runners.envs_per_runner} envs, "
             f"{vectorize_mode(exp)}, "
-            "one core of this machine"
+            f"{runner_threads} torch thread{_s(runner_threads)} on this machine"
         ]
         low = high = None
         costs = None
@@ -294,18 +297,25 @@ def probe_throughput(
                     times.append(time.perf_counter() - start)
                 return sorted(times)[1]
 
+            torch.set_num_threads(learner_threads)
             epoch_s(minibatch)  # warm-up
             per_sample_epoch = epoch_s(minibatch) / steps
             sizes = [int(min(max(m, 1), steps)) for m in (m_low, m_high)]
             costs = _two_point(steps, sizes[0], sizes[1], epoch_s)
             low = learners / (e_high * per_sample_epoch)
             high = learners / (e_low * per_sample_epoch)
-            device = "GPU" if gpu else "CPU"
+            device = "GPU" if gpu else f"CPU, {learner_threads} torch thread{_s(learner_threads)}"
             detail.append(
                 f"learner: one epoch over {steps} samples in minibatches of {minibatch} on "
                 f"{device}: {per_sample_epoch * 1e6:.3g} us per sample; x {learners} learners, "
                 f"num_epochs {_span(e_low, e_high)}"
             )
+            if costs is not None:
+                detail.append(
+                    f"learner: about {costs[1] * 1e3:.3g} ms per minibatch + "
+                    f"{costs[0] * 1e6:.3g} us per sample per epoch (from minibatches of "
+                    f"{_span(sizes[0], sizes[1])})"
+                )
             if res.gpus_per_learner > 0 and not gpu:
                 detail.append("learner: this machine has no CUDA, so the CPU was measured")
         return Throughput(
@@ -320,6 +330,29 @@ def probe_throughput(
         )
     finally:
         algo.stop()
+        torch.set_num_threads(threads_before)
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def _trial_threads(config: AlgorithmConfig) -> tuple[int, int]:
+    """torch threads of (an env runner, the process a learner trains in) in a trial, as
+    the probe must measure them: the workbench's setting where its defaults fix one, else
+    Ray's rule for an actor (OMP_NUM_THREADS: its whole CPUs, at least one) applied to the
+    bundles RLlib books (`ray.rllib.algorithms.utils._get_main_process_bundle`)."""
+
+    fixed = getattr(config.callbacks_class, "torch_threads", None)
+    if fixed is not None:
+        return fixed, fixed
+    per_learner = config.num_cpus_per_learner
+    if per_learner == "auto":
+        per_learner = 0 if config.num_gpus_per_learner else 1
+    main = config.num_cpus_for_main_process
+    learner = max(per_learner, main) if config.num_learners == 0 else per_learner
+    runner = config.num_cpus_per_env_runner if config.num_env_runners else main
+    return max(math.floor(runner), 1), max(math.floor(learner), 1)
 
 
 def _batch_of(episodes: list[Any], size: int) -> tuple[list[Any], int]:
