@@ -35,6 +35,7 @@ from workbench.plan.resources import (
     trial_request,
     unfit_reasons,
 )
+from workbench.plan.throughput import GPU_LEARNER_S_PER_MINIBATCH, GPU_LEARNER_S_PER_SAMPLE
 from workbench.trial.config import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -484,9 +485,17 @@ def test_sampling_vs_learning_is_an_estimate_that_says_so(tmp_path: Path) -> Non
     )
     assert fed.throughput is not None and fed.throughput.per_runner == pytest.approx(22.2e3)
     assert "sampling keeps up; the learner is the slower half" in "\n".join(fed.lines())
+    # A GPU learner is estimated from the figure measured on H200 nodes, and forecast.
     gpu = make_plan(resolved(tmp_path, GPU_LEARNER), cluster("cpus=4,gpus=1"))
-    assert gpu.throughput is not None and gpu.throughput.ratio is None
-    assert any("not estimated on a GPU" in d for d in gpu.throughput.detail)
+    assert gpu.throughput is not None and gpu.throughput.ratio is not None
+    assert gpu.throughput.learner_costs == (GPU_LEARNER_S_PER_SAMPLE, GPU_LEARNER_S_PER_MINIBATCH)
+    assert any("on GPU" in d and "H200" in d for d in gpu.throughput.detail)
+    assert gpu.forecast is not None and gpu.forecast.iterations_per_s > 0
+    # The same trial on CPU: the documented CPU learner is the cheaper per minibatch.
+    cpu = make_plan(resolved(tmp_path, {**GPU_LEARNER, "gpus_per_learner": 0}), cluster("cpus=4"))
+    assert cpu.throughput is not None and cpu.throughput.learner_low is not None
+    assert gpu.throughput.learner_low is not None
+    assert cpu.throughput.learner_low > gpu.throughput.learner_low
 
 
 # --- the command ---------------------------------------------------------------------------

@@ -152,8 +152,8 @@ def iteration_costs(
 ) -> tuple[tuple[float, float], ...] | None:
     """(CPU s, wall s) of one train() of an on-policy learner for draws of the searched
     batch, epochs and minibatch from their initial distribution, cheapest first; None
-    where the throughput figures do not give it (a replaying learner, a GPU learner not
-    probed)."""
+    where the throughput figures do not give it (a replaying learner). A GPU learner's
+    time counts as the CPU time of the process that waits on it."""
     if rate.learner_costs is None or rate.per_core <= 0:
         return None
     per_sample, per_minibatch = rate.learner_costs

@@ -48,6 +48,17 @@ CPU_LEARNER_S_PER_MINIBATCH = 5.3e-3
 CPU_LEARNER_S_PER_SAMPLE = 24e-6
 
 
+# RLlib's PPO learner on one GPU, measured by `workbench plan --probe` on H200 nodes (16-core
+# Xeon hosts) on 4 December 2026, docs/resources.md: about 16 ms per minibatch plus 11 us
+# (64x64 MLP) to 18 us (1024x1024) per sample and epoch on the fastest of three machines;
+# the other two took 1.7-2.1 times as long. Per-minibatch overhead, not arithmetic: the
+# model's width hardly moves it, and one CPU core beat it on the 64x64 model.
+GPU_LEARNER_S_PER_MINIBATCH = 16e-3
+
+
+GPU_LEARNER_S_PER_SAMPLE = 18e-6
+
+
 @dataclass
 class Throughput:
     """Env steps per second the runners produce against what the learners consume."""
@@ -205,25 +216,29 @@ def estimate_throughput(exp: Experiment, space: SearchSpace, config: AlgorithmCo
             f"learner: not estimated ({exp.algorithm} replays samples: "
             "training_intensity sets how much it learns per sampled step)"
         )
-    elif res.gpus_per_learner > 0:
-        detail.append(
-            "learner: not estimated on a GPU (no documented GPU figure; `workbench plan "
-            "--probe` on a GPU node measures it)"
-        )
     else:
         (e_low, e_high), (m_low, m_high), _, learners = model
-        costs = (CPU_LEARNER_S_PER_SAMPLE, CPU_LEARNER_S_PER_MINIBATCH)
+        gpu = res.gpus_per_learner > 0
+        if gpu:
+            per_sample, per_minibatch = GPU_LEARNER_S_PER_SAMPLE, GPU_LEARNER_S_PER_MINIBATCH
+            source = (
+                "RLlib's learner on an H200 node: the fastest of three measured, the others "
+                "took up to 2.1x as long; one CPU core was faster on a 64x64 MLP"
+            )
+        else:
+            per_sample, per_minibatch = CPU_LEARNER_S_PER_SAMPLE, CPU_LEARNER_S_PER_MINIBATCH
+            source = "RLlib's default model, measured here"
+        costs = (per_sample, per_minibatch)
 
         def rate(epochs: float, minibatch: float) -> float:
-            per_sample = CPU_LEARNER_S_PER_SAMPLE + CPU_LEARNER_S_PER_MINIBATCH / minibatch
-            return learners / (epochs * per_sample)
+            return learners / (epochs * (per_sample + per_minibatch / minibatch))
 
         low, high = rate(e_high, m_low), rate(e_low, m_high)
         detail.append(
-            f"learner: {learners} on CPU, num_epochs {_span(e_low, e_high)}, minibatch_size "
-            f"{_span(m_low, m_high)}; RLlib's default model, about "
-            f"{CPU_LEARNER_S_PER_MINIBATCH * 1e3:g} ms per minibatch + "
-            f"{CPU_LEARNER_S_PER_SAMPLE * 1e6:g} us per sample per epoch (measured here)"
+            f"learner: {learners} on {'GPU' if gpu else 'CPU'}, num_epochs "
+            f"{_span(e_low, e_high)}, minibatch_size {_span(m_low, m_high)}; about "
+            f"{per_minibatch * 1e3:g} ms per minibatch + {per_sample * 1e6:g} us per sample "
+            f"per epoch ({source})"
         )
     return Throughput(
         runners,
@@ -346,10 +361,11 @@ def _trial_threads(config: AlgorithmConfig) -> tuple[int, int]:
     fixed = getattr(config.callbacks_class, "torch_threads", None)
     if fixed is not None:
         return fixed, fixed
-    per_learner = config.num_cpus_per_learner
-    if per_learner == "auto":
-        per_learner = 0 if config.num_gpus_per_learner else 1
-    main = config.num_cpus_for_main_process
+    booked = config.num_cpus_per_learner
+    per_learner = (
+        float(0 if config.num_gpus_per_learner else 1) if booked == "auto" else float(booked)
+    )
+    main = float(config.num_cpus_for_main_process)
     learner = max(per_learner, main) if config.num_learners == 0 else per_learner
     runner = config.num_cpus_per_env_runner if config.num_env_runners else main
     return max(math.floor(runner), 1), max(math.floor(learner), 1)
