@@ -26,9 +26,17 @@ time is mostly not the network's. This measures, on one core with one torch thre
   ``train()`` at batch 256, the cumulative time of the functions that make up the
   overhead (nested: a row's time includes the rows it calls; profiling inflates Python).
 
+``--device cuda`` measures only the per-minibatch PPO update, with a GPU next to the CPU in
+the same rounds: RLlib's learner on the GPU (``rllib_gpu``, the learner in this process as
+a trial's is in its main process or a 0-CPU learner actor) and on one CPU thread
+(``rllib``, ``lean``), plain torch on the GPU (``torch_gpu``) and on the CPU (``torch``).
+What a GPU learner costs per minibatch against what the arithmetic costs on the same GPU,
+and where the CPU is the faster of the two; ``--networks wide`` adds a 1024x1024 MLP.
+
 Every figure: ``--rounds`` interleaved rounds (each arm once per round), median [min-max].
 
     .venv/bin/python benchmarks/learner_overhead.py [--rounds 5] [--dqn] [--json out.json]
+    .venv/bin/python benchmarks/learner_overhead.py --device cuda --networks small_env,wide
 """
 
 from __future__ import annotations
@@ -63,10 +71,16 @@ NETWORKS: dict[str, dict[str, Any]] = {
         "fcnet_activation": "relu",
         "vf_share_layers": False,
     },
+    "wide": {"fcnet_hiddens": [1024, 1024], "fcnet_activation": "relu", "vf_share_layers": False},
 }
+DEFAULT_NETWORKS = ("small_env", "rllib_default")
 EPOCHS = (1, 3)  # update() runs of 1 and 3 epochs: per-minibatch cost and fixed cost
 TRAIN_BATCH, TRAIN_EPOCHS = 256, 20
 PPO_ARMS = ("rllib", "lean", "torch", "torch_fused")
+GPU_PPO_ARMS = ("rllib_gpu", "rllib", "lean", "torch_gpu", "torch")
+# RLlib arms: (the lean learner, on the GPU); plain-torch arms: (fused Adam, on the GPU).
+RLLIB_ARMS = {"rllib": (False, False), "lean": (True, False), "rllib_gpu": (False, True)}
+PLAIN_ARMS = {"torch": (False, False), "torch_fused": (True, False), "torch_gpu": (False, True)}
 
 
 # --- plain torch -------------------------------------------------------------------------
@@ -87,27 +101,28 @@ class PlainPPO:
     """The networks, loss and optimizer of RLlib's PPO on CartPole in plain torch: one
     minibatch update per call of ``step`` on preassembled tensors."""
 
-    def __init__(self, network: dict[str, Any], size: int, fused: bool) -> None:
+    def __init__(self, network: dict[str, Any], size: int, fused: bool, gpu: bool = False) -> None:
         import torch
 
+        device = torch.device("cuda" if gpu else "cpu")
         hidden = list(network["fcnet_hiddens"])
         act = network["fcnet_activation"]
-        self.pi = mlp([4, *hidden], act, 2)
-        self.vf = mlp([4, *hidden], act, 1)
+        self.pi = mlp([4, *hidden], act, 2).to(device)
+        self.vf = mlp([4, *hidden], act, 1).to(device)
         params = [*self.pi.parameters(), *self.vf.parameters()]
         self.params = params
         self.opt = torch.optim.Adam(params, lr=5e-5, **({"fused": True} if fused else {}))
         g = torch.Generator().manual_seed(0)
-        self.obs = torch.randn(size, 4, generator=g)
-        self.actions = torch.randint(0, 2, (size,), generator=g)
-        self.old_logits = torch.randn(size, 2, generator=g)
+        self.obs = torch.randn(size, 4, generator=g).to(device)
+        self.actions = torch.randint(0, 2, (size,), generator=g).to(device)
+        self.old_logits = torch.randn(size, 2, generator=g).to(device)
         self.old_logp = torch.log_softmax(self.old_logits, -1).gather(-1, self.actions[:, None])[
             :, 0
         ]
-        self.adv = torch.randn(size, generator=g)
-        self.targets = torch.randn(size, generator=g)
-        self.mask = torch.ones(size, dtype=torch.bool)
-        self.kl_coeff = torch.tensor(0.2)
+        self.adv = torch.randn(size, generator=g).to(device)
+        self.targets = torch.randn(size, generator=g).to(device)
+        self.mask = torch.ones(size, dtype=torch.bool, device=device)
+        self.kl_coeff = torch.tensor(0.2, device=device)
 
     def step(self) -> None:
         import torch
@@ -165,18 +180,30 @@ class PlainDQN:
         self.opt.step()
 
 
+def synchronize() -> None:
+    """Waits for queued GPU work, so that a timer stops after it (nothing without CUDA)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def plain_seconds(model: Any, steps: int) -> float:
     model.step()  # warm
+    synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         model.step()
+    synchronize()
     return (time.perf_counter() - start) / steps
 
 
 # --- RLlib --------------------------------------------------------------------------------
 
 
-def ppo_config(network: dict[str, Any], *, lean: bool, batch: int, minibatch: int) -> Any:
+def ppo_config(
+    network: dict[str, Any], *, lean: bool, batch: int, minibatch: int, gpu: bool = False
+) -> Any:
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from workbench.trial.config import register_env
@@ -198,6 +225,8 @@ def ppo_config(network: dict[str, Any], *, lean: bool, batch: int, minibatch: in
         )
         .debugging(seed=0)
     )
+    if gpu:  # the learner in this process, on the GPU
+        config.learners(num_learners=0, num_gpus_per_learner=1)
     if lean:  # as workbench.trial.config sets it up: the lean learner and its weight sync
         config.learners(learner_class=LeanPPOTorchLearner)
         config.callbacks(on_algorithm_init=install_lean_weight_sync)
@@ -216,6 +245,7 @@ def timed_update(learner: Any, episodes: list[Any], epochs: int, minibatch: int)
     from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
     data = copy.deepcopy(episodes)  # the connectors extend episodes in place
+    synchronize()
     start = time.perf_counter()
     learner.update(
         episodes=data,
@@ -224,6 +254,7 @@ def timed_update(learner: Any, episodes: list[Any], epochs: int, minibatch: int)
         minibatch_size=minibatch,
         shuffle_batch_per_epoch=True,
     )
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -234,22 +265,38 @@ def minibatch_count(rows: int, minibatch: int, epochs: int) -> int:
 
 
 def ppo_updates(
-    rounds: int, out: dict[str, Any], networks: list[str], minibatches: list[int]
+    rounds: int,
+    out: dict[str, Any],
+    networks: list[str],
+    minibatches: list[int],
+    arms: tuple[str, ...] = PPO_ARMS,
 ) -> None:
+    second = "torch_fused" if "torch_fused" in arms else "torch_gpu"
     print("\nPPO: one minibatch update, and the fixed cost of one update() call (ms)")
     print(
         f"{'network':<14} {'minibatch':>9} {'arm':<12} {'per update':>22} "
-        f"{'vs torch':>9} {'vs fused':>9} {'fixed':>20}"
+        f"{'vs torch':>9} {'vs ' + second.removeprefix('torch_'):>9} {'fixed':>20}"
     )
     for net_name in networks:
         network = NETWORKS[net_name]
         algos = {
-            arm: build(ppo_config(network, lean=arm == "lean", batch=BATCH, minibatch=128))
-            for arm in ("rllib", "lean")
+            arm: build(
+                ppo_config(
+                    network,
+                    lean=RLLIB_ARMS[arm][0],
+                    batch=BATCH,
+                    minibatch=128,
+                    gpu=RLLIB_ARMS[arm][1],
+                )
+            )
+            for arm in arms
+            if arm in RLLIB_ARMS
         }
         try:
             episodes = algos["rllib"].env_runner.sample(num_timesteps=BATCH)
             learners = {arm: algo.learner_group._learner for arm, algo in algos.items()}
+            for arm, learner in learners.items():
+                print(f"{arm}: {type(learner).__name__} on {learner._device}", flush=True)
             rows = len(
                 learners["rllib"]._learner_connector(
                     rl_module=learners["rllib"].module,
@@ -260,8 +307,9 @@ def ppo_updates(
             )
             for minibatch in minibatches:
                 plain = {
-                    "torch": PlainPPO(network, minibatch, fused=False),
-                    "torch_fused": PlainPPO(network, minibatch, fused=True),
+                    arm: PlainPPO(network, minibatch, *PLAIN_ARMS[arm])
+                    for arm in arms
+                    if arm in PLAIN_ARMS
                 }
                 for arm in learners:
                     timed_update(learners[arm], episodes, 1, minibatch)  # warm
@@ -284,18 +332,16 @@ def ppo_updates(
                     per = (high - low) / (counts[1] - counts[0])
                     return per, low - counts[0] * per
 
-                figures = interleaved(rounds, PPO_ARMS, measure, label=f"{net_name} {minibatch}")
+                figures = interleaved(rounds, arms, measure, label=f"{net_name} {minibatch}")
                 per_arm = {
-                    arm: [f[0] * 1e3 for f in figs]
-                    for arm, figs in zip(PPO_ARMS, figures, strict=True)
+                    arm: [f[0] * 1e3 for f in figs] for arm, figs in zip(arms, figures, strict=True)
                 }
                 fixed = {
-                    arm: [f[1] * 1e3 for f in figs]
-                    for arm, figs in zip(PPO_ARMS, figures, strict=True)
+                    arm: [f[1] * 1e3 for f in figs] for arm, figs in zip(arms, figures, strict=True)
                 }
                 anchor = sorted(per_arm["torch"])[len(per_arm["torch"]) // 2]
-                fused = sorted(per_arm["torch_fused"])[len(per_arm["torch_fused"]) // 2]
-                for arm in PPO_ARMS:
+                fused = sorted(per_arm[second])[len(per_arm[second]) // 2]
+                for arm in arms:
                     median = sorted(per_arm[arm])[len(per_arm[arm]) // 2]
                     fixed_s = spread(fixed[arm], ".1f") if arm in learners else "-"
                     print(
@@ -311,7 +357,7 @@ def ppo_updates(
                             "per_update_ms": per_arm[arm],
                             "fixed_ms": fixed[arm] if arm in learners else None,
                             "vs_torch": median / anchor,
-                            "vs_torch_fused": median / fused,
+                            f"vs_{second}": median / fused,
                         }
                     )
         finally:
@@ -591,7 +637,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dqn", action="store_true", help="also DQN's per-update cost")
     parser.add_argument("--skip-updates", action="store_true", help="only train() and profile")
     parser.add_argument("--core", type=int, default=None, help="pin to this CPU (default: last)")
-    parser.add_argument("--networks", default=",".join(NETWORKS), help="which networks")
+    parser.add_argument(
+        "--networks", default=",".join(DEFAULT_NETWORKS), help=f"of {', '.join(NETWORKS)}"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: only the PPO update, RLlib's learner and plain torch on GPU and CPU",
+    )
     parser.add_argument(
         "--minibatches", default=",".join(map(str, MINIBATCHES)), help="minibatch sizes"
     )
@@ -613,16 +667,24 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
+    gpu = args.device == "cuda"
+    if gpu and not torch.cuda.is_available():
+        print("--device cuda: torch sees no CUDA device on this machine", file=sys.stderr)
+        return 2
     torch.set_num_threads(1)
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=1, num_gpus=1 if gpu else 0, include_dashboard=False, log_to_driver=False)
     print("command:", command_line())
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, ray {ray.__version__}, "
         f"{cpu_model()}, pinned to core #{core} of {os.cpu_count()}, one torch thread, "
         f"load average {os.getloadavg()[0]:.2f} at the start; {args.rounds} interleaved rounds"
+        + (f"; GPU {torch.cuda.get_device_name(0)}" if gpu else "")
     )
     out: dict[str, Any] = {"ppo_updates": [], "ppo_train": [], "dqn_updates": []}
     try:
+        if gpu:
+            ppo_updates(args.rounds, out, networks, minibatches, GPU_PPO_ARMS)
+            return 0
         if not args.skip_updates:
             ppo_updates(args.rounds, out, networks, minibatches)
         ppo_train(args.rounds, out)
