@@ -491,6 +491,13 @@ def test_sampling_vs_learning_is_an_estimate_that_says_so(tmp_path: Path) -> Non
     assert gpu.throughput.learner_costs == (GPU_LEARNER_S_PER_SAMPLE, GPU_LEARNER_S_PER_MINIBATCH)
     assert any("on GPU" in d and "H200" in d for d in gpu.throughput.detail)
     assert gpu.forecast is not None and gpu.forecast.iterations_per_s > 0
+    # On the small-env model the plan says a CPU core was measured faster; not on a wide one.
+    assert any("64x64 model a GPU learner was measured slower" in n for n in gpu.notes)
+    wide = make_plan(
+        resolved(tmp_path, GPU_LEARNER, model={"fcnet_hiddens": [1024, 1024]}),
+        cluster("cpus=4,gpus=1"),
+    )
+    assert not any("measured slower" in n for n in wide.notes)
     # The same trial on CPU: the documented CPU learner is the cheaper per minibatch.
     cpu = make_plan(resolved(tmp_path, {**GPU_LEARNER, "gpus_per_learner": 0}), cluster("cpus=4"))
     assert cpu.throughput is not None and cpu.throughput.learner_low is not None

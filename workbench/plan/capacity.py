@@ -50,6 +50,7 @@ from workbench.plan.throughput import (
     _throughput_lines,
     estimate_throughput,
     probe_throughput,
+    small_model_on_gpu,
 )
 from workbench.trial.config import build_config, with_resources_of
 
@@ -369,6 +370,9 @@ def make_plan(
             f"{interval} iterations (each turn restores a checkpoint into a new actor), so "
             "exploits compare members that trained at different times"
         )
+    small_on_gpu = small_model_on_gpu(exp, config)
+    if small_on_gpu is not None:
+        notes.append(small_on_gpu)
     budget = exp.stop.wall_time_s
     if fit.concurrent and exp.stop.trial_time_s is not None:
         waves = math.ceil(trials / fit.concurrent)

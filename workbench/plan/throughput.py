@@ -59,6 +59,32 @@ GPU_LEARNER_S_PER_MINIBATCH = 16e-3
 GPU_LEARNER_S_PER_SAMPLE = 18e-6
 
 
+# The widest hidden layer at which RLlib's PPO learner on a GPU measured slower than the
+# lean learner on one CPU thread (docs/benchmarks/learner-overhead.md, an H200 node: 64x64
+# slower, 1024x1024 faster; widths between not measured).
+GPU_SLOWER_UP_TO_WIDTH = 64
+
+
+def small_model_on_gpu(exp: Experiment, config: AlgorithmConfig) -> str | None:
+    """A note where a PPO trial's GPU learner trains a model so small that one CPU core was
+    measured faster; None otherwise."""
+    res = exp.resources
+    model = config.model_config
+    if res.gpus_per_learner <= 0 or exp.algorithm != "PPO" or model.get("conv_filters"):
+        return None
+    hidden = list(model.get("fcnet_hiddens") or [256, 256])  # RLlib's default when unset
+    if not hidden or max(hidden) > GPU_SLOWER_UP_TO_WIDTH:
+        return None
+    shape = "x".join(str(h) for h in hidden)
+    return (
+        f"resources.gpus_per_learner {res.gpus_per_learner:g}: on a {shape} model a GPU "
+        "learner was measured slower than one CPU core (RLlib's on an H200 node 12.7-12.9 ms "
+        "a minibatch, the lean learner on one CPU thread 2.8-4.6 ms; "
+        "docs/benchmarks/learner-overhead.md); resources.num_learners 0 with "
+        "gpus_per_learner 0 trains in the trial's own process"
+    )
+
+
 @dataclass
 class Throughput:
     """Env steps per second the runners produce against what the learners consume."""
