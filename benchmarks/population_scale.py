@@ -108,6 +108,7 @@ class TrialMemory:
         self.node_of: dict[int, str] = {}
         self._cpu_at_start: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
+        self.min_available_mb = math.inf  # the machine's MemAvailable, lowest sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -144,6 +145,9 @@ class TrialMemory:
     def _sample(self) -> None:
         while not self._stop.wait(self.period_s):
             self._sample_cpu()
+            available = machine_counters(MEMINFO, "/proc/meminfo").get("MemAvailable")
+            if available is not None:
+                self.min_available_mb = min(self.min_available_mb, available / 1024)
             table = processes()
             for pid, (_, parent, _) in table.items():
                 try:
@@ -206,6 +210,32 @@ class PlacementWatch:
     @property
     def spanning(self) -> int:
         return sum(len(set(group)) > 1 for group in self.groups)
+
+
+# Machine-wide counters read before and after a run: memory pressure (major page faults,
+# pages the kernel scanned to reclaim, by kswapd and directly by a process that allocated)
+# and context switches, to tell a crowded machine's CPU from a short-of-memory one's.
+VMSTAT = ("pgmajfault", "pgscan_kswapd", "pgscan_direct")
+MEMINFO = ("MemAvailable",)
+
+
+def machine_counters(names: tuple[str, ...], path: str = "/proc/vmstat") -> dict[str, int]:
+    """The named counters of /proc/vmstat (or /proc/meminfo, kB), and /proc/stat's ctxt
+    with the vmstat ones; empty where the file cannot be read."""
+    out: dict[str, int] = {}
+    try:
+        for line in Path(path).read_text().splitlines():
+            name, _, value = line.partition(" ")
+            name = name.rstrip(":")
+            if name in names:
+                out[name] = int(value.split()[0])
+        if path == "/proc/vmstat":
+            for line in Path("/proc/stat").read_text().splitlines():
+                if line.startswith("ctxt "):
+                    out["ctxt"] = int(line.split()[1])
+    except OSError:
+        return {}
+    return out
 
 
 def node_labels() -> dict[str, str]:
@@ -410,6 +440,7 @@ def run_size(
     raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
     cpu_before = os.times()
+    counters_before = machine_counters(VMSTAT)
     with (
         TrialMemory(raylets, cluster) as memory,
         PlacementWatch(labels) as placement,
@@ -417,6 +448,7 @@ def run_size(
     ):
         summary, fit = timed_launch_run(resolved)
     cpu_after = os.times()
+    counters_after = machine_counters(VMSTAT)
     driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     if summary.errors:
         raise SystemExit(f"population of {size}: {summary.errors} trials errored")
@@ -452,6 +484,12 @@ def run_size(
         "rss_max_mb": peaks[-1] if peaks else float("nan"),
         "rss_sum_mb": sum(peaks),
         "per_node": dict(sorted(per_node.items())),
+        "machine": {
+            name: counters_after[name] - counters_before[name]
+            for name in counters_after
+            if name in counters_before
+        },
+        "min_available_mb": memory.min_available_mb,
     }
     figures["placement"] = {
         "planned": {plan_labels[k]: v for k, v in plan.bundles_per_node().items()},
@@ -615,6 +653,16 @@ def report(every: list[dict[str, Any]]) -> None:
                         if cores
                         else ""
                     )
+                )
+            machine = f.get("machine")
+            if machine:
+                print(
+                    f"  the machine: {machine.get('pgmajfault', 0)} major page faults, "
+                    f"{machine.get('pgscan_kswapd', 0) + machine.get('pgscan_direct', 0)} "
+                    f"pages scanned to reclaim ({machine.get('pgscan_direct', 0)} by "
+                    f"allocating processes), {machine.get('ctxt', 0) / f['wall_s']:.0f} "
+                    f"context switches a second, MemAvailable down to "
+                    f"{f['min_available_mb'] / 1024:.1f} GB"
                 )
         print(
             "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "
