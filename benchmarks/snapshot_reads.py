@@ -13,14 +13,17 @@ statistics about 120 KB). One read is what one trial checkpoint costs: the snaps
 written again with one trial's latest checkpoint moved on, into the staging folder and (the
 sync) the results folder, and both are read back; the anchor parses both files and decodes
 every trial, the workbench's reader parses the new version once and decodes the changed
-trial. Interleaved
-rounds; median [min-max] milliseconds per read, and their ratio.
+trial. A third arm is the workbench's reader as it was before 4 December, its texts keyed
+by hashlib's blake2b rather than Python's own hash. Interleaved rounds; median [min-max]
+milliseconds per read, and the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -95,8 +98,27 @@ def read_all(*paths: Path) -> set[str]:
     return named
 
 
+def _blake2b(data: str | bytes) -> bytes:
+    """The reader's keys before 4 December."""
+    return hashlib.blake2b(
+        data if isinstance(data, bytes) else data.encode(), digest_size=16
+    ).digest()
+
+
+@contextlib.contextmanager
+def blake2b_keys() -> Any:
+    from workbench.tune_ext import checkpoints
+
+    digest = checkpoints._digest
+    checkpoints._digest = _blake2b  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        checkpoints._digest = digest
+
+
 def measure_size(size: int, folder: Path, rounds: int, reads: int) -> str:
-    """One table row: both readers, ``reads`` checkpoints a round, interleaved."""
+    """One table row: the three readers, ``reads`` checkpoints a round, interleaved."""
     import pyarrow.fs
 
     from workbench.tune_ext.checkpoints import _Snapshots
@@ -108,8 +130,10 @@ def measure_size(size: int, folder: Path, rounds: int, reads: int) -> str:
         experiment_fs_path=str(folder),
         experiment_driver_staging_path=str(folder / "staging"),
     )
-    reader = _Snapshots()
+    reader, before = _Snapshots(), _Snapshots()
     reader.named(storage)
+    with blake2b_keys():
+        before.named(storage)
 
     def measure(case: str) -> float:
         spent = 0.0
@@ -118,18 +142,24 @@ def measure_size(size: int, folder: Path, rounds: int, reads: int) -> str:
             start = time.perf_counter()
             if case == "anchor":
                 named = read_all(population.path, population.synced)
+            elif case == "blake2b":
+                with blake2b_keys():
+                    named = before.named(storage)
             else:
                 named = reader.named(storage)
             spent += time.perf_counter() - start
             assert len(named) == size
         return 1000 * spent / reads
 
-    anchor, ours = interleaved(rounds, ["anchor", "workbench"], measure, alternate=True)
+    anchor, old, ours = interleaved(
+        rounds, ["anchor", "blake2b", "workbench"], measure, alternate=True
+    )
     megabytes = population.path.stat().st_size / 1e6
     ratio = [a / b for a, b in zip(anchor, ours, strict=True)]
+    gain = [a / b for a, b in zip(old, ours, strict=True)]
     return (
-        f"| {size} | {megabytes:.1f} | {spread(anchor)} | {spread(ours)} "
-        f"| {spread(ratio, unit='x')} |"
+        f"| {size} | {megabytes:.1f} | {spread(anchor)} | {spread(old)} | {spread(ours)} "
+        f"| {spread(ratio, unit='x')} | {spread(gain, unit='x')} |"
     )
 
 
@@ -151,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}"
     )
     print(
-        "| trials | snapshot MB | anchor: decode all, ms | workbench: changed only, ms "
-        "| anchor / workbench |"
+        "| trials | snapshot MB | anchor: decode all, ms | changed only, blake2b keys, ms "
+        "| workbench: changed only, ms | anchor / workbench | blake2b / workbench |"
     )
-    print("|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             row = measure_size(size, Path(tmp), args.rounds, args.reads)
