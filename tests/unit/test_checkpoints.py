@@ -167,3 +167,36 @@ def test_a_snapshot_read_again_decodes_only_the_trials_that_changed(
         (staging / "experiment_state-s.json").read_bytes()
     )
     assert snapshots.named(storage) == second and decoded == []
+
+
+def test_the_snapshot_this_driver_wrote_is_taken_from_memory_not_parsed(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import workbench.tune_ext.checkpoints as module
+    from workbench.tune_ext import state_sync
+
+    trials = {f"t{i}": _trial(tmp_path, f"t{i}", 2) for i in range(3)}
+    first = {n: t.run_metadata.checkpoint_manager._checkpoint_results[0] for n, t in trials.items()}
+    storage = _storage(tmp_path)
+    staging = Path(storage.experiment_driver_staging_path)
+    path = _snapshot(staging, "s", first)
+    trial_data = json.loads(path.read_text())["trial_data"]
+    parsed: list[int] = []
+    loads = module.json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(text) == path.stat().st_size:  # the whole snapshot, not one trial's state
+            parsed.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(module.json, "loads", counting)
+    monkeypatch.setitem(state_sync.WRITTEN, str(path), ((0, 0), trial_data))
+    expected = {str(tmp_path / f"t{i}" / "checkpoint_000000") for i in range(3)}
+    # Written by someone else since (another stamp): parsed, as any file.
+    assert module._Snapshots().named(storage) == expected and len(parsed) == 1
+    # As this driver wrote it (the stamp save_state_whole recorded): not parsed.
+    parsed.clear()
+    info = path.stat()
+    stamp = (info.st_mtime_ns, info.st_size)
+    monkeypatch.setitem(state_sync.WRITTEN, str(path), (stamp, trial_data))
+    assert module._Snapshots().named(storage) == expected and parsed == []

@@ -17,6 +17,7 @@ from ray.train._internal.storage import _FilesystemSyncer, _upload_to_fs_path
 
 from workbench.tune_ext.state_sync import (
     TUNES_SAVE_TO_DIR,
+    WRITTEN,
     save_state_whole,
     sync_without_temp_files,
     trial_states,
@@ -124,6 +125,11 @@ def test_an_experiment_state_save_that_dies_midway_leaves_the_last_one_whole(
     else:
         assert json.loads(state.read_text()) == whole
         assert [p.name for p in staging.iterdir()] == [state.name]
+        # What the checkpoint pruning takes instead of parsing the file: the last whole one.
+        info = state.stat()
+        stamp, trial_data = WRITTEN[str(state)]
+        assert stamp == (info.st_mtime_ns, info.st_size)
+        assert [list(t) for t in trial_data] == whole["trial_data"]
 
 
 def _reported_trial(iterations: int) -> Any:

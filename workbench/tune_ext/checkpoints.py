@@ -38,6 +38,7 @@ from ray.tune.execution.tune_controller import TuneController
 from ray.tune.utils.serialization import TuneFunctionDecoder
 
 from workbench.names import CHECKPOINT_FALLBACK_KEY, trial_name
+from workbench.tune_ext import state_sync
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ class _Snapshots:
         # versions read last.
         self._decoded: dict[_Key, dict[_Key, str | None]] = {}
 
-    def _restored_by(self, text: bytes) -> set[str]:
+    def _restored_by(self, text: bytes, trial_data: list[Any] | None = None) -> set[str]:
+        """What the snapshot ``text`` names; ``trial_data``: its trials' states where the
+        caller has them (this driver wrote the file), else parsed from ``text``."""
         version = _digest(text)
         if version in self._versions:
             return self._versions[version]
@@ -104,7 +107,9 @@ class _Snapshots:
         for decoded in self._decoded.values():
             known.update(decoded)
         now: dict[_Key, str | None] = {}
-        for _trial_json, runtime_json in json.loads(text)["trial_data"]:
+        if trial_data is None:
+            trial_data = json.loads(text)["trial_data"]
+        for _trial_json, runtime_json in trial_data:
             key = _digest(runtime_json)
             now[key] = known[key] if key in known else _restores(runtime_json)
         named = {path for path in now.values() if path}
@@ -137,7 +142,10 @@ class _Snapshots:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         with fs.open_input_stream(path) as f:
-            named = self._restored_by(f.readall())
+            text = f.readall()
+        written = state_sync.WRITTEN.get(path)
+        mine = written[1] if written is not None and written[0] == stamp else None
+        named = self._restored_by(text, mine)
         self._read[path] = (stamp, named)
         return named
 

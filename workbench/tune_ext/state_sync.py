@@ -55,6 +55,11 @@ ATOMIC_SAVE_TEMP = ".????????-????-????-????-????????????-*"
 _PATCHED = "_workbench_skips_temp_files"
 TUNES_SAVE_TO_DIR = TuneController.save_to_dir  # Tune's own, for the tests to compare
 
+# The experiment snapshot this process last wrote at each path: its (mtime_ns, size) right
+# after the write and its trial data, so that the checkpoint pruning, which reads the file
+# back after every trial checkpoint, need not parse what the driver has in memory.
+WRITTEN: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = {}
+
 
 def sync_without_temp_files() -> None:
     """Make every filesystem syncer of this process skip Tune's temporary files and
@@ -117,8 +122,9 @@ def save_state_whole(self: Any) -> None:
     """``TuneController.save_to_dir`` (Ray 2.60) with the experiment state written whole:
     the trials, the controller's own state and the searcher's and callbacks' (Tune writes
     those two whole already)."""
+    trial_data = trial_states(self)
     runner_state = {
-        "trial_data": trial_states(self),
+        "trial_data": trial_data,
         "runner_data": self.__getstate__(),
         "stats": {"start_time": self._start_time},
     }
@@ -129,7 +135,10 @@ def save_state_whole(self: Any) -> None:
         with open(to, "w") as f:
             json.dump(runner_state, f, cls=TuneFunctionEncoder)
 
-    replace_whole(write, staging / self.experiment_state_file_name)
+    path = staging / self.experiment_state_file_name
+    replace_whole(write, path)
+    written = path.stat()
+    WRITTEN[str(path)] = ((written.st_mtime_ns, written.st_size), trial_data)
     self._search_alg.save_to_dir(str(staging), session_str=self._session_str)
     self._callbacks.save_to_dir(str(staging), session_str=self._session_str)
 
