@@ -55,9 +55,10 @@ ATOMIC_SAVE_TEMP = ".????????-????-????-????-????????????-*"
 _PATCHED = "_workbench_skips_temp_files"
 TUNES_SAVE_TO_DIR = TuneController.save_to_dir  # Tune's own, for the tests to compare
 
-# The experiment snapshot this process last wrote at each path: its (mtime_ns, size) right
+# The experiment snapshot this process wrote last, by its path: its (mtime_ns, size) right
 # after the write and its trial data, so that the checkpoint pruning, which reads the file
-# back after every trial checkpoint, need not parse what the driver has in memory.
+# back after every trial checkpoint, need not parse what the driver has in memory. One
+# entry: a process rarely drives two Tune runs at once, and then the pruning parses.
 WRITTEN: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = {}
 
 
@@ -138,6 +139,7 @@ def save_state_whole(self: Any) -> None:
     path = staging / self.experiment_state_file_name
     replace_whole(write, path)
     written = path.stat()
+    WRITTEN.clear()
     WRITTEN[str(path)] = ((written.st_mtime_ns, written.st_size), trial_data)
     self._search_alg.save_to_dir(str(staging), session_str=self._session_str)
     self._callbacks.save_to_dir(str(staging), session_str=self._session_str)
