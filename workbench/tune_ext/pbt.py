@@ -132,9 +132,9 @@ class ExploitRecorder:
             # The same iterations as Tune's pbt_global.txt.
             target_iteration=int(trial.last_result.get(TIME_ATTR, 0)),
             source_iteration=int(trial_to_clone.last_result.get(TIME_ATTR, 0)),
-            # The iteration of the donor checkpoint the target restarts from, as PBT
-            # holds it (the tracker's restored_iteration is what the target showed next).
-            checkpoint_iteration=int((new_state.last_result or {}).get(TIME_ATTR, 0)),
+            # The iteration of the donor checkpoint the target restarts from (the
+            # tracker's restored_iteration is what the target showed next).
+            checkpoint_iteration=handed_iteration(new_state, trial_to_clone),
             # The iteration of the donor's result its score is from.
             source_score_iteration=int(new_state.last_train_time),
             old=pick(trial.config),
@@ -143,6 +143,22 @@ class ExploitRecorder:
         )
         for listener in self.__dict__.get("_lineage_listeners", []):
             listener(decision)
+
+
+def handed_iteration(state: Any, donor: Any) -> int:
+    """The iteration of the donor checkpoint PBT hands over (``state.last_checkpoint``):
+    its own result's, from the donor's checkpoint manager, since a paused donor hands over
+    its newest checkpoint, which can be an iteration past the result PBT ranked it on;
+    else that result's."""
+    path = getattr(getattr(state, "last_checkpoint", None), "path", None)
+    manager = getattr(getattr(donor, "run_metadata", None), "checkpoint_manager", None)
+    if path is not None:
+        for saved in reversed(getattr(manager, "_checkpoint_results", None) or []):
+            if getattr(saved.checkpoint, "path", None) == path:
+                iteration = (saved.metrics or {}).get(TIME_ATTR)
+                if iteration is not None:
+                    return int(iteration)
+    return int((state.last_result or {}).get(TIME_ATTR, 0))
 
 
 def _change(before: Stats | None, now: Stats | None) -> str:
