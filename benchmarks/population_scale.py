@@ -145,7 +145,7 @@ class TrialMemory:
     def _sample(self) -> None:
         while not self._stop.wait(self.period_s):
             self._sample_cpu()
-            available = machine_counters(MEMINFO, "/proc/meminfo").get("MemAvailable")
+            available = _proc_fields("/proc/meminfo").get("MemAvailable")  # kB
             if available is not None:
                 self.min_available_mb = min(self.min_available_mb, available / 1024)
             table = processes()
@@ -216,26 +216,30 @@ class PlacementWatch:
 # pages the kernel scanned to reclaim, by kswapd and directly by a process that allocated)
 # and context switches, to tell a crowded machine's CPU from a short-of-memory one's.
 VMSTAT = ("pgmajfault", "pgscan_kswapd", "pgscan_direct")
-MEMINFO = ("MemAvailable",)
 
 
-def machine_counters(names: tuple[str, ...], path: str = "/proc/vmstat") -> dict[str, int]:
-    """The named counters of /proc/vmstat (or /proc/meminfo, kB), and /proc/stat's ctxt
-    with the vmstat ones; empty where the file cannot be read."""
+def _proc_fields(path: str) -> dict[str, int]:
+    """``name value`` lines of a /proc file (``name:`` in meminfo) as numbers; empty
+    where it cannot be read."""
     out: dict[str, int] = {}
     try:
         for line in Path(path).read_text().splitlines():
             name, _, value = line.partition(" ")
-            name = name.rstrip(":")
-            if name in names:
-                out[name] = int(value.split()[0])
-        if path == "/proc/vmstat":
-            for line in Path("/proc/stat").read_text().splitlines():
-                if line.startswith("ctxt "):
-                    out["ctxt"] = int(line.split()[1])
-    except OSError:
+            if value.split():
+                out[name.rstrip(":")] = int(value.split()[0])
+    except (OSError, ValueError):
         return {}
     return out
+
+
+def machine_counters() -> dict[str, int]:
+    """The VMSTAT counters of /proc/vmstat and /proc/stat's context switches (ctxt)."""
+    vmstat = _proc_fields("/proc/vmstat")
+    counters = {name: vmstat[name] for name in VMSTAT if name in vmstat}
+    ctxt = _proc_fields("/proc/stat").get("ctxt")
+    if ctxt is not None:
+        counters["ctxt"] = ctxt
+    return counters
 
 
 def node_labels() -> dict[str, str]:
@@ -440,7 +444,7 @@ def run_size(
     raylets = {cluster.raylet(node): node.name for node in cluster.nodes}
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
     cpu_before = os.times()
-    counters_before = machine_counters(VMSTAT)
+    counters_before = machine_counters()
     with (
         TrialMemory(raylets, cluster) as memory,
         PlacementWatch(labels) as placement,
@@ -448,7 +452,7 @@ def run_size(
     ):
         summary, fit = timed_launch_run(resolved)
     cpu_after = os.times()
-    counters_after = machine_counters(VMSTAT)
+    counters_after = machine_counters()
     driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     if summary.errors:
         raise SystemExit(f"population of {size}: {summary.errors} trials errored")

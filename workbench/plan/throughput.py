@@ -73,7 +73,7 @@ def small_model_on_gpu(exp: Experiment, config: AlgorithmConfig) -> str | None:
     if res.gpus_per_learner <= 0 or exp.algorithm != "PPO" or model.get("conv_filters"):
         return None
     hidden = list(model.get("fcnet_hiddens") or [256, 256])  # RLlib's default when unset
-    if not hidden or max(hidden) > GPU_SLOWER_UP_TO_WIDTH:
+    if max(hidden) > GPU_SLOWER_UP_TO_WIDTH:
         return None
     shape = "x".join(str(h) for h in hidden)
     return (
@@ -351,12 +351,11 @@ def probe_throughput(
                 f"{device}: {per_sample_epoch * 1e6:.3g} us per sample; x {learners} learners, "
                 f"num_epochs {_span(e_low, e_high)}"
             )
-            if costs is not None:
-                detail.append(
-                    f"learner: about {costs[1] * 1e3:.3g} ms per minibatch + "
-                    f"{costs[0] * 1e6:.3g} us per sample per epoch (from minibatches of "
-                    f"{_span(sizes[0], sizes[1])})"
-                )
+            detail.append(
+                f"learner: about {costs[1] * 1e3:.3g} ms per minibatch + "
+                f"{costs[0] * 1e6:.3g} us per sample per epoch (from minibatches of "
+                f"{_span(sizes[0], sizes[1])})"
+            )
             if res.gpus_per_learner > 0 and not gpu:
                 detail.append("learner: this machine has no CUDA, so the CPU was measured")
         return Throughput(
