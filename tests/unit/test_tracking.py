@@ -25,7 +25,7 @@ from tests.support.trials import FakeTrial
 from workbench.analysis.lineage import check_sequence
 from workbench.analysis.population_plots import render_population_pngs
 from workbench.lineage_record import ExploitDecision, LineageRecord
-from workbench.names import LINEAGE_FILE, LINEAGE_ROLLED_BACK_FILE, SPOOL_FILE
+from workbench.names import LINEAGE_FILE, LINEAGE_ROLLED_BACK_FILE, SPOOL_FILE, STOPPED_BY_TAG
 from workbench.tracking.callback import MlflowTracker, TrackingTarget
 from workbench.tracking.metrics import metric_filter, numeric_metrics
 from workbench.tracking.writer import Result, op_from_json, op_to_json
@@ -451,6 +451,51 @@ def test_a_restored_population_continues_the_same_runs(tmp_path: Path, with_stat
     history = _history(tracker.target.uri, after["PPO_00000"].info.run_id, "training_iteration")
     assert [s for s, _ in history] == [1, 2, 3, 4, 5]  # steps only grow
     assert [v for _, v in history] == [1, 2, 3, 3, 4]  # the iterations as Tune reported them
+
+
+def test_a_budget_that_ends_a_resume_before_a_trial_restarts_finishes_its_run(
+    tmp_path: Path,
+) -> None:
+    """Tune calls on_trial_start only once a trial's actor has started: a wall-time
+    budget that runs out while the resumed trials' actors start stops them with no
+    callback of their own. Their runs, KILLED by the interrupted session, end FINISHED
+    by the rule; a run an earlier session finished keeps its status and tags."""
+    tracker, _ = _tracker(tmp_path, [])
+    tracker.setup()
+    done = FakeTrial("abc_00000", dict(CONFIG))
+    cut = FakeTrial("abc_00001", dict(CONFIG, lr=0.002))
+    for trial in (done, cut):
+        tracker.on_trial_start(0, [done, cut], trial)
+        tracker.on_trial_result(1, [done, cut], trial, _result(1, trial.config))
+    done.status = "TERMINATED"
+    tracker.on_trial_complete(1, [done, cut], done)
+    state = tracker.get_state()
+    tracker.on_experiment_end([done, cut])  # Ctrl-C: `cut` is KILLED
+    before = _runs(tracker.target.uri)
+    assert before["PPO_00001"].info.status == "KILLED"
+    finished_at = before["PPO_00000"].info.end_time
+
+    class Budget:
+        def wall_budget_ended(self) -> bool:
+            return True
+
+    again, _ = _tracker(tmp_path, [])
+    again.set_state(state)
+    again.stopper = Budget()
+    again.setup()
+    cut.status = "TERMINATED"  # Tune's stop, before its actor started
+    again.on_experiment_end([done, cut])
+
+    after = _runs(tracker.target.uri)
+    assert {k: r.info.status for k, r in after.items()} == {
+        "pop": "FINISHED",
+        "PPO_00000": "FINISHED",
+        "PPO_00001": "FINISHED",
+    }
+    assert after["PPO_00001"].data.tags[STOPPED_BY_TAG] == "the experiment's wall-clock budget"
+    assert after["PPO_00001"].data.params["final/lr"] == "0.002"
+    assert STOPPED_BY_TAG not in after["PPO_00000"].data.tags
+    assert after["PPO_00000"].info.end_time == finished_at
 
 
 def test_an_outage_buffers_results_and_writes_them_when_the_store_answers(

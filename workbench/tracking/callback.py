@@ -62,6 +62,7 @@ from workbench.names import (
 from workbench.tracking.metrics import _param, hp_metric, metric_filter, numeric_metrics
 from workbench.tracking.writer import (
     Artifact,
+    EndLeftOpen,
     EndRun,
     Lineage,
     OpenRun,
@@ -325,6 +326,9 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             )
         )
 
+    def _trial_key(self, handle: str) -> str:
+        return f"{self.target.key}::{handle}"
+
     def _searched(self, config: dict[str, Any]) -> dict[str, Any]:
         return {name: config.get(key) for key, name in self.target.hyperparameters.items()}
 
@@ -346,7 +350,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             OpenRun(
                 handle=handle,
                 name=name,
-                key=f"{self.target.key}::{handle}",
+                key=self._trial_key(handle),
                 parent=PARENT,
                 tags={**self.target.run_tags, ROLE_TAG: "trial", TRIAL_ID_TAG: handle},
                 params=params,
@@ -469,6 +473,8 @@ class MlflowTracker(Callback):  # type: ignore[misc]
             if by_rule:
                 self.writer.put(Tags(handle, {STOPPED_BY_TAG: by_rule}))
             self.writer.put(EndRun(handle, status, int(time.time() * 1000)))
+        if by_rule:
+            self._end_left_open(trials, by_rule)
         # Trials this driver never started: cut short, unless they ended before it (the
         # finished trials of a resumed population).
         never_started = any(
@@ -479,6 +485,30 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         all_failed = bool(statuses) and all(s == "ERROR" for s in statuses.values())
         parent_status = "KILLED" if interrupted else "FAILED" if all_failed else "FINISHED"
         self.finish(parent_status, trials)
+
+    def _end_left_open(self, trials: list[Any], by_rule: str) -> None:
+        """A resumed population the rule ended before some trials restarted (a budget
+        that ran out while their actors started): their runs, which the interrupted
+        session left KILLED, are finished by that rule too. Runs that ended in an
+        earlier session keep their status (the writer checks)."""
+        now = int(time.time() * 1000)
+        for trial in trials:
+            handle = trial.trial_id
+            if handle in self._opened or trial.status == "ERROR":
+                continue
+            self._ended.add(handle)
+            final = self._last_values.get(handle) or self._searched(trial.config)
+            params = {f"{FINAL_PARAM_PREFIX}{name}": _param(v) for name, v in final.items()}
+            self.writer.put(
+                EndLeftOpen(
+                    handle,
+                    self._trial_key(handle),
+                    "FINISHED",
+                    now,
+                    tags={STOPPED_BY_TAG: by_rule},
+                    params=params,
+                )
+            )
 
     def _ended_by_rule(self) -> str:
         """Why the experiment ended early by design ('' when it did not)."""

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -75,17 +75,31 @@ class EndRun:
 
 
 @dataclass
+class EndLeftOpen:
+    """Ends a run an earlier session left open (KILLED or RUNNING) and this session
+    never reopened: its trial was stopped by the population's rule before it restarted.
+    A run already FINISHED or FAILED is left as it is, tags and params included."""
+
+    handle: str
+    key: str  # its key tag: found by it where the snapshot that named it was lost
+    status: str
+    end_ms: int
+    tags: dict[str, str]
+    params: dict[str, str]
+
+
+@dataclass
 class Artifact:
     handle: str
     path: str
     folder: str | None = None
 
 
-Op = OpenRun | Result | Tags | Params | Lineage | EndRun | Artifact
+Op = OpenRun | Result | Tags | Params | Lineage | EndRun | EndLeftOpen | Artifact
 
 
 _OP_TYPES: dict[str, type] = {
-    t.__name__: t for t in (OpenRun, Result, Tags, Params, Lineage, EndRun, Artifact)
+    t.__name__: t for t in (OpenRun, Result, Tags, Params, Lineage, EndRun, EndLeftOpen, Artifact)
 }
 
 
@@ -379,6 +393,8 @@ class StoreWriter:
             self._open(op)
         elif isinstance(op, Lineage):
             self._lineage(op)
+        elif isinstance(op, EndLeftOpen):
+            self._end_left_open(op)
         elif op.handle not in self.runs:
             # Its OpenRun was refused for good: nothing to attach this to.
             logger.warning("MLflow: dropping %s for unknown run %s", type(op).__name__, op.handle)
@@ -391,6 +407,30 @@ class StoreWriter:
             client.set_terminated(self.runs[op.handle], status=op.status, end_time=op.end_ms)
         elif isinstance(op, Artifact):
             client.log_artifact(self.runs[op.handle], op.path, op.folder)
+
+    def _end_left_open(self, op: EndLeftOpen) -> None:
+        client = self.client()
+        if op.handle in self.runs:
+            run = client.get_run(self.runs[op.handle])
+        elif (run := self._find(op.key)) is not None:
+            with self._cv:
+                self.runs[op.handle] = run.info.run_id
+        if run is None or run.info.status in ("FINISHED", "FAILED"):
+            return  # never opened (a trial no session started), or ended already
+        run_id = run.info.run_id
+        client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in op.params.items()],
+            tags=[RunTag(k, v) for k, v in op.tags.items()],
+        )
+        client.set_terminated(run_id, status=op.status, end_time=op.end_ms)
+
+    def _find(self, key: str) -> Run | None:
+        """The run of the population's store that has this key tag."""
+        found = self.client().search_runs(
+            [self.experiment_id()], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=1
+        )
+        return found[0] if found else None
 
     def _open(self, op: OpenRun) -> None:
 
@@ -411,12 +451,10 @@ class StoreWriter:
                     client.update_run(run_id, status="RUNNING")
                 return
         exp_id = self.experiment_id()
-        found = client.search_runs(
-            [exp_id], filter_string=f"tags.`{KEY_TAG}` = '{op.key}'", max_results=1
-        )
-        if found:
-            run_id = found[0].info.run_id
-            if found[0].info.status != "RUNNING":
+        found = self._find(op.key)
+        if found is not None:
+            run_id = found.info.run_id
+            if found.info.status != "RUNNING":
                 client.update_run(run_id, status="RUNNING")
         else:
             tags = {KEY_TAG: op.key, "mlflow.runName": op.name, **op.tags}
