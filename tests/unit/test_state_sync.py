@@ -4,6 +4,7 @@ experiment state, in staging or in the results folder, leaves a half-written one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import pyarrow.fs
 import pytest
 from ray.train._internal.storage import _FilesystemSyncer, _upload_to_fs_path
+from ray.tune.utils.serialization import TuneFunctionDecoder
 
 from workbench.tune_ext.state_sync import (
     TUNES_SAVE_TO_DIR,
@@ -84,6 +86,13 @@ class _Unpicklable:
         raise RuntimeError("the driver is killed here")
 
 
+@dataclasses.dataclass
+class _Picklable:
+    """A value JSON cannot hold, which Tune's encoder cloudpickles (as the stopper)."""
+
+    value: int = 7
+
+
 class _Controller:
     """The attributes ``TuneController.save_to_dir`` reads."""
 
@@ -130,6 +139,39 @@ def test_an_experiment_state_save_that_dies_midway_leaves_the_last_one_whole(
         stamp, trial_data = WRITTEN[str(state)]
         assert stamp == (info.st_mtime_ns, info.st_size)
         assert [list(t) for t in trial_data] == whole["trial_data"]
+
+
+def test_a_save_encodes_again_only_the_trials_that_changed_and_reads_as_tunes_does(
+    tmp_path: Path,
+) -> None:
+    from workbench.tune_ext import state_sync
+
+    runner = {"iteration": 3, "stopper": _Picklable()}
+    ours = _Controller(tmp_path / "ours", runner)
+    theirs = _Controller(tmp_path / "theirs", runner)
+    pairs = {f"t{i}": (json.dumps({"trial_id": f"t{i}"}), json.dumps({"n": i})) for i in range(3)}
+    for changed in (None, "t1"):
+        if changed is not None:  # one trial reported: a new pair, the others' are kept
+            pairs[changed] = (pairs[changed][0], json.dumps({"n": 10, "s": 'a "quoted" text'}))
+        for controller in (ours, theirs):
+            controller._trial_metadata = dict(pairs)
+        before = dict(state_sync._ENTRIES.get(ours, {}))
+        save_state_whole(ours)  # type: ignore[arg-type]
+        TUNES_SAVE_TO_DIR(theirs)  # type: ignore[arg-type]
+        read = [
+            json.loads(
+                (c / "experiment_state-2026.json").read_text(),
+                cls=TuneFunctionDecoder,
+                allow_cloudpickle=True,
+            )
+            for c in (tmp_path / "ours", tmp_path / "theirs")
+        ]
+        assert read[0] == read[1]
+        assert [tuple(t) for t in read[0]["trial_data"]] == list(pairs.values())
+    after = state_sync._ENTRIES[ours]
+    unchanged = [id(pairs[t]) for t in ("t0", "t2")]
+    assert all(after[k][1] is before[k][1] for k in unchanged)  # not encoded again
+    assert id(pairs["t1"]) not in before and len(after) == 3
 
 
 def _reported_trial(iterations: int) -> Any:

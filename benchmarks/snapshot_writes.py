@@ -1,0 +1,160 @@
+"""The driver's cost per trial checkpoint of writing Tune's experiment snapshot: Tune's own
+``TuneController.save_to_dir`` (the anchor: ``json.dump`` of every trial's entry into the
+file in place) against the workbench's (``workbench.tune_ext.state_sync.save_state_whole``:
+each trial's entry encoded once, the file written whole under a temporary name and renamed).
+
+    .venv/bin/python benchmarks/snapshot_writes.py [--sizes 4,16,32,64] [--rounds 5] [--quick]
+
+Method. For each population size a controller holds one entry per trial as Tune 2.60 keeps
+them (``_trial_metadata``: a trial's state JSON and its runtime JSON, sized as in
+``snapshot_reads.py``: 282 KB, as measured on a ``make run`` trial after 8 iterations) and
+the controller state of the main experiment's driver (a few scalars, the decisions cached,
+a stopper Tune cloudpickles). One write is what one trial checkpoint costs: that trial's
+runtime entry is new (its checkpoint moved on; built before the clock starts), every other
+trial's is the one the last save had, and the snapshot is saved into the staging folder.
+Interleaved rounds, the two saves in alternating order; median [min-max] milliseconds a
+save, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: python benchmarks/snapshot_writes.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import command_line, cpu_model, interleaved, spread
+from benchmarks.snapshot_reads import _runtime
+from workbench.tune_ext import state_sync
+
+SAVES = ("tune", "workbench")
+
+
+@dataclasses.dataclass
+class _Stopper:
+    """What Tune cloudpickles into every snapshot beside the trials (the run's stopper)."""
+
+    rules: dict[str, float]
+    spent_s: float = 0.0
+
+
+class Controller:
+    """The attributes ``TuneController.save_to_dir`` reads, for ``size`` trials whose
+    checkpoints move on one at a time."""
+
+    def __init__(self, size: int, folder: Path, staging: Path) -> None:
+        self.folder = folder  # where the trials' checkpoints are (named, never written)
+        self.size = size
+        self.latest = [3] * size
+        self._trial_metadata = {
+            f"t_{t:05d}": (json.dumps({"trial_id": f"t_{t:05d}"}), _runtime(folder, t, 3))
+            for t in range(size)
+        }
+        self._trials_to_cache: set[Any] = set()
+        self._storage = SimpleNamespace(experiment_driver_staging_path=str(staging))
+        self._start_time = 1.7e9
+        self._session_str = "bench"
+        self.experiment_state_file_name = "experiment_state-bench.json"
+        self._search_alg = SimpleNamespace(save_to_dir=lambda *a, **k: None)
+        self._callbacks = SimpleNamespace(save_to_dir=lambda *a, **k: None)
+        self._stopper = _Stopper({"training_iteration": 40.0})
+        self.turn = 0
+
+    def _get_trial_checkpoints(self) -> dict[str, Any]:
+        return self._trial_metadata
+
+    def __getstate__(self) -> dict[str, Any]:
+        # TuneController.__getstate__ of a running population: its scalars and the stopper.
+        return {
+            "_iteration": 100 * self.turn,
+            "_total_time": 1.5 * self.turn,
+            "_cached_trial_decisions": {},
+            "_queued_trial_decisions": {},
+            "_stopper": self._stopper,
+            "_checkpoint_period": "auto",
+            "_session_str": self._session_str,
+        }
+
+    def next_checkpoint(self) -> None:
+        """One trial's checkpoint moves on: its runtime entry is new."""
+        trial = self.turn % self.size
+        self.turn += 1
+        self.latest[trial] += 1
+        trial_id = f"t_{trial:05d}"
+        state = self._trial_metadata[trial_id][0]
+        self._trial_metadata[trial_id] = (state, _runtime(self.folder, trial, self.latest[trial]))
+        self._stopper.spent_s += 1.0
+
+
+def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
+    """One table row: both saves, ``saves`` checkpoints a round, interleaved."""
+    controllers = {}
+    for name in SAVES:
+        controllers[name] = Controller(size, folder, folder / name)
+    functions = {"tune": state_sync.TUNES_SAVE_TO_DIR, "workbench": state_sync.save_state_whole}
+    for name in SAVES:  # a first save, as the run's first checkpoint makes
+        functions[name](controllers[name])
+
+    def measure(name: str) -> float:
+        controller, save = controllers[name], functions[name]
+        spent = 0.0
+        for _ in range(saves):
+            controller.next_checkpoint()
+            start = time.perf_counter()
+            save(controller)
+            spent += time.perf_counter() - start
+        return 1000 * spent / saves
+
+    tune, ours = interleaved(rounds, list(SAVES), measure, alternate=True)
+    written = folder / "workbench" / "experiment_state-bench.json"
+    anchor = folder / "tune" / "experiment_state-bench.json"
+    # The same snapshot (the runtimes differ only in their checkpoints' random ids).
+    ours_read, tunes_read = (json.loads(path.read_text()) for path in (written, anchor))
+    assert ours_read.keys() == tunes_read.keys()
+    assert ours_read["runner_data"] == tunes_read["runner_data"]
+    assert [t[0] for t in ours_read["trial_data"]] == [t[0] for t in tunes_read["trial_data"]]
+    ratio = [a / b for a, b in zip(tune, ours, strict=True)]
+    megabytes = written.stat().st_size / 1e6
+    ratios = spread(ratio, unit="x")
+    return f"| {size} | {megabytes:.1f} | {spread(tune)} | {spread(ours)} | {ratios} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="4,16,32,64")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--saves", type=int, default=8, help="checkpoints timed per round")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.quick:
+        sizes, args.rounds, args.saves = [4], 1, 2
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print("command:", command_line())
+    print(
+        f"{now:%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs ({cpu_model()}), load average "
+        f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}"
+    )
+    print("| trials | snapshot MB | Tune's save, ms | workbench, ms | Tune / workbench |")
+    print("|---:|---:|---:|---:|---:|")
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = measure_size(size, Path(tmp), args.rounds, args.saves)
+        print(row, flush=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
