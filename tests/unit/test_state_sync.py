@@ -174,6 +174,27 @@ def test_a_save_encodes_again_only_the_trials_that_changed_and_reads_as_tunes_do
     assert id(pairs["t1"]) not in before and len(after) == 3
 
 
+def test_the_staging_snapshot_is_swapped_in_whole_or_not_at_all(tmp_path: Path) -> None:
+    from workbench.tune_ext.state_sync import swap_in
+
+    path = tmp_path / "experiment_state-2026.json"
+    swap_in(lambda to: to.write_text('{"first": true}'), path)  # none there before
+    assert path.read_text() == '{"first": true}'
+
+    def dies(to: Path) -> None:
+        to.write_text('{"half')
+        raise RuntimeError("the driver is killed here")
+
+    with pytest.raises(RuntimeError):
+        swap_in(dies, path)
+    assert path.read_text() == '{"first": true}'
+    with open(path) as reader:  # a sync copying the old file as the new one comes in
+        swap_in(lambda to: to.write_text('{"second": true}'), path)
+        assert reader.read() == '{"first": true}'
+    assert path.read_text() == '{"second": true}'
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
 def _reported_trial(iterations: int) -> Any:
     """A Tune trial that has taken ``iterations`` results, as Tune's controller records
     them (its run metadata keeps each metric's last 5 and last 10 values)."""
