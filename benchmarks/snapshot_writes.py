@@ -1,7 +1,9 @@
 """The driver's cost per trial checkpoint of writing Tune's experiment snapshot: Tune's own
 ``TuneController.save_to_dir`` (the anchor: ``json.dump`` of every trial's entry into the
 file in place) against the workbench's (``workbench.tune_ext.state_sync.save_state_whole``:
-each trial's entry encoded once, the file written whole under a temporary name and renamed).
+each trial's entry encoded once, the file written whole under a temporary name and swapped
+in), and the workbench's as it was before 4 December, 18:30 UTC (Tune's encoding, the file
+renamed over the old one).
 
     .venv/bin/python benchmarks/snapshot_writes.py [--sizes 4,16,32,64] [--rounds 5] [--quick]
 
@@ -12,8 +14,8 @@ the controller state of the main experiment's driver (a few scalars, the decisio
 a stopper Tune cloudpickles). One write is what one trial checkpoint costs: that trial's
 runtime entry is new (its checkpoint moved on; built before the clock starts), every other
 trial's is the one the last save had, and the snapshot is saved into the staging folder.
-Interleaved rounds, the two saves in alternating order; median [min-max] milliseconds a
-save, and the ratio.
+Interleaved rounds, the saves in alternating order; median [min-max] milliseconds a save,
+and the ratios.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from benchmarks.common import command_line, cpu_model, interleaved, spread
 from benchmarks.snapshot_reads import _runtime
 from workbench.tune_ext import state_sync
 
-SAVES = ("tune", "workbench")
+SAVES = ("tune", "before", "workbench")
 
 
 @dataclasses.dataclass
@@ -46,6 +48,26 @@ class _Stopper:
 
     rules: dict[str, float]
     spent_s: float = 0.0
+
+
+def save_as_before(controller: Any) -> None:
+    """The workbench's save before 4 December, 18:30 UTC: Tune's encoding of the whole
+    snapshot (``json.dump``), written under a temporary name and renamed over the old."""
+    from ray.tune.utils.serialization import TuneFunctionEncoder
+
+    state = {
+        "trial_data": state_sync.trial_states(controller),
+        "runner_data": controller.__getstate__(),
+        "stats": {"start_time": controller._start_time},
+    }
+    staging = Path(controller._storage.experiment_driver_staging_path)
+    staging.mkdir(parents=True, exist_ok=True)
+
+    def write(to: Path) -> None:
+        with open(to, "w") as f:
+            json.dump(state, f, cls=TuneFunctionEncoder)
+
+    state_sync.replace_whole(write, staging / controller.experiment_state_file_name)
 
 
 class Controller:
@@ -101,7 +123,11 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
     controllers = {}
     for name in SAVES:
         controllers[name] = Controller(size, folder, folder / name)
-    functions = {"tune": state_sync.TUNES_SAVE_TO_DIR, "workbench": state_sync.save_state_whole}
+    functions = {
+        "tune": state_sync.TUNES_SAVE_TO_DIR,
+        "before": save_as_before,
+        "workbench": state_sync.save_state_whole,
+    }
     for name in SAVES:  # a first save, as the run's first checkpoint makes
         functions[name](controllers[name])
 
@@ -115,7 +141,7 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
             spent += time.perf_counter() - start
         return 1000 * spent / saves
 
-    tune, ours = interleaved(rounds, list(SAVES), measure, alternate=True)
+    tune, before, ours = interleaved(rounds, list(SAVES), measure, alternate=True)
     written = folder / "workbench" / "experiment_state-bench.json"
     anchor = folder / "tune" / "experiment_state-bench.json"
     # The same snapshot (the runtimes differ only in their checkpoints' random ids).
@@ -123,10 +149,13 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
     assert ours_read.keys() == tunes_read.keys()
     assert ours_read["runner_data"] == tunes_read["runner_data"]
     assert [t[0] for t in ours_read["trial_data"]] == [t[0] for t in tunes_read["trial_data"]]
-    ratio = [a / b for a, b in zip(tune, ours, strict=True)]
+    ratio = spread([a / b for a, b in zip(tune, ours, strict=True)], unit="x")
+    gain = spread([a / b for a, b in zip(before, ours, strict=True)], unit="x")
     megabytes = written.stat().st_size / 1e6
-    ratios = spread(ratio, unit="x")
-    return f"| {size} | {megabytes:.1f} | {spread(tune)} | {spread(ours)} | {ratios} |"
+    return (
+        f"| {size} | {megabytes:.1f} | {spread(tune)} | {spread(before)} | {spread(ours)} "
+        f"| {ratio} | {gain} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{now:%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs ({cpu_model()}), load average "
         f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}"
     )
-    print("| trials | snapshot MB | Tune's save, ms | workbench, ms | Tune / workbench |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        "| trials | snapshot MB | Tune's save, ms | before 4 December 18:30, ms | workbench, ms "
+        "| Tune / workbench | before / workbench |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for size in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             row = measure_size(size, Path(tmp), args.rounds, args.saves)
