@@ -107,6 +107,46 @@ def interleaved(
     return figures
 
 
+def by_population_size(
+    argv: list[str] | None,
+    doc: str,
+    header: Sequence[str],
+    row: Callable[[int, Path, int, int], str],
+    count: tuple[str, str],
+) -> int:
+    """The driver-side snapshot benchmarks' main: one table row a population size (``row``
+    with the size, a temporary folder, the rounds and ``count``'s number), under a header
+    with the command, the machine and its load."""
+    import argparse
+    import datetime
+    import tempfile
+
+    flag, help_text = count
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--sizes", default="4,16,32,64")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(flag, type=int, default=8, dest="count", help=help_text)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.quick:
+        sizes, args.rounds, args.count = [4], 1, 2
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print("command:", command_line())
+    print(
+        f"{now:%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs ({cpu_model()}), load average "
+        f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}"
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---:|" * len(header))
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            line = row(size, Path(tmp), args.rounds, args.count)
+        print(line, flush=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
 # --- what a workbench run wrote ----------------------------------------------------------------
 
 

@@ -21,15 +21,10 @@ Interleaved rounds; median [min-max] milliseconds per read, and the ratios.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
 import hashlib
 import json
-import os
-import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,7 +32,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/snapshot_reads.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import command_line, cpu_model, interleaved, spread
+from benchmarks.common import by_population_size, interleaved, spread
 from workbench.tune_ext import state_sync
 
 METRICS_PER_RESULT = 600  # about 17 KB of JSON, as a result of the main experiment
@@ -169,34 +164,21 @@ def measure_size(size: int, folder: Path, rounds: int, reads: int) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4,16,32,64")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--reads", type=int, default=8, help="checkpoints timed per round")
-    parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
-    args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.quick:
-        sizes, args.rounds, args.reads = [4], 1, 2
+HEADER = (
+    "trials",
+    "snapshot MB",
+    "anchor: decode all, ms",
+    "before 4 December, ms",
+    "workbench, ms",
+    "anchor / workbench",
+    "before / workbench",
+)
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    print("command:", command_line())
-    print(
-        f"{now:%Y-%m-%d %H:%M:%S} UTC; {os.cpu_count()} CPUs ({cpu_model()}), load average "
-        f"{os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}"
+
+def main(argv: list[str] | None = None) -> int:
+    return by_population_size(
+        argv, __doc__ or "", HEADER, measure_size, ("--reads", "checkpoints timed per round")
     )
-    print(
-        "| trials | snapshot MB | anchor: decode all, ms | before 4 December, ms "
-        "| workbench, ms | anchor / workbench | before / workbench |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for size in sizes:
-        with tempfile.TemporaryDirectory() as tmp:
-            row = measure_size(size, Path(tmp), args.rounds, args.reads)
-        print(row, flush=True)
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    return 0
 
 
 if __name__ == "__main__":
