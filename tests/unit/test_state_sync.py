@@ -195,6 +195,32 @@ def test_the_staging_snapshot_is_swapped_in_whole_or_not_at_all(tmp_path: Path) 
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
+def test_the_sync_copies_a_staging_file_swapped_in_while_it_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`swap_in` leaves the staging snapshot missing between its unlink and its rename: a
+    sync that opens it then finds it gone, and after, there again, whole."""
+    from workbench.tune_ext import state_sync
+
+    staging, target = tmp_path / "staging", tmp_path / "results"
+    staging.mkdir()
+    (staging / "experiment_state-2026.json").write_text('{"new": true}')
+    copy = state_sync.shutil.copyfile
+    calls: list[str] = []
+
+    def in_the_gap(source: Any, to: Any) -> Any:
+        calls.append(str(source))
+        if len(calls) == 1:
+            raise FileNotFoundError(source)  # opened in the gap
+        return copy(source, to)
+
+    monkeypatch.setattr(state_sync.shutil, "copyfile", in_the_gap)
+    sync_without_temp_files()
+    assert _sync(staging, target) == {"experiment_state-2026.json"}
+    assert (target / "experiment_state-2026.json").read_text() == '{"new": true}'
+    assert len(calls) == 2
+
+
 def _reported_trial(iterations: int) -> Any:
     """A Tune trial that has taken ``iterations`` results, as Tune's controller records
     them (its run metadata keeps each metric's last 5 and last 10 values)."""

@@ -135,8 +135,10 @@ def upload_whole(local_path: str, fs_path: str, exclude: list[str]) -> None:
             try:
                 replace_whole(lambda to, path=path: shutil.copyfile(path, to), destination)
             except FileNotFoundError:
-                if path.exists():
-                    raise
+                if not path.exists():
+                    continue  # a temporary file, renamed away since the listing
+                # Swapped in between (`swap_in`: gone, then back): the new one is whole.
+                replace_whole(lambda to, path=path: shutil.copyfile(path, to), destination)
 
 
 def save_state_whole(self: Any) -> None:
