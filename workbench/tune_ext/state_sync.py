@@ -36,6 +36,7 @@ of its main thread's busy time (docs/benchmarks/snapshot-encoding.md).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import pickle
@@ -85,12 +86,15 @@ def sync_without_temp_files() -> None:
     setattr(_FilesystemSyncer, _PATCHED, True)
 
 
-def replace_whole(write: Any, path: Path) -> None:
+def replace_whole(write: Any, path: Path, *, unlink_first: bool = False) -> None:
     """Writes ``path`` through ``write(temporary_path)`` and renames it into place: a
-    reader, or a process killed at any moment, sees the old file or the new one."""
+    reader, or a process killed at any moment, sees the old file or the new one (with
+    ``unlink_first``, see `swap_in`, also none between the two)."""
     temporary = path.with_name(f".{uuid.uuid4()}-{path.name}")
     try:
         write(temporary)
+        if unlink_first:
+            path.unlink(missing_ok=True)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -105,13 +109,7 @@ def swap_in(write: Any, path: Path) -> None:
     (docs/benchmarks/population-scale.md). A process killed between the unlink and the
     rename leaves no staging snapshot, which no resume reads: it resumes from the results
     folder's copy, which the sync replaces whole."""
-    temporary = path.with_name(f".{uuid.uuid4()}-{path.name}")
-    try:
-        write(temporary)
-        path.unlink(missing_ok=True)
-        os.rename(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    replace_whole(write, path, unlink_first=True)
 
 
 def upload_whole(local_path: str, fs_path: str, exclude: list[str]) -> None:
@@ -132,13 +130,14 @@ def upload_whole(local_path: str, fs_path: str, exclude: list[str]) -> None:
                 continue  # renamed away since the listing: a temporary file
             destination = target / relative
             destination.parent.mkdir(parents=True, exist_ok=True)
+            copy = functools.partial(shutil.copyfile, path)
             try:
-                replace_whole(lambda to, path=path: shutil.copyfile(path, to), destination)
+                replace_whole(copy, destination)
             except FileNotFoundError:
                 if not path.exists():
                     continue  # a temporary file, renamed away since the listing
                 # Swapped in between (`swap_in`: gone, then back): the new one is whole.
-                replace_whole(lambda to, path=path: shutil.copyfile(path, to), destination)
+                replace_whole(copy, destination)
 
 
 def save_state_whole(self: Any) -> None:
@@ -179,7 +178,7 @@ def snapshot_chunks(controller: Any, trial_data: list[tuple[str, str]], rest: st
     pure-Python encoder ``json.dump`` uses, though a save follows each trial checkpoint and
     most trials have not changed since the last (`trial_states` keeps their pairs).
     ``rest``: the snapshot's other keys, encoded."""
-    cache = _ENTRIES.setdefault(controller, {})
+    cache = _ENTRIES.get(controller, {})
     chunks, kept = ['{"trial_data": ['], {}
     for i, pair in enumerate(trial_data):
         cached = cache.get(id(pair))
