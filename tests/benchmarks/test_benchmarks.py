@@ -254,6 +254,12 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert row["size"] == 4 and row["env_steps"] > 0 and 0 < row["outside"] < 1
     pieces = [row[f"outside_{p}"] for p in ("before", "between", "after")]
     assert sum(pieces) == pytest.approx(row["outside"], abs=1e-6)
+    # Each trial's wait before its first train(), shortest first, adding up to the part
+    # before the first results (Tune stamps results with whole seconds: 1 s a trial).
+    waits = row["first_train_at_s"]
+    assert len(waits) == 4 and waits == sorted(waits) and waits[0] > -1.0
+    slot_s = 4 * row["wall_s"]
+    assert sum(waits) / slot_s == pytest.approx(row["outside_before"], abs=1e-6)
     # Every trial process was seen, with its memory, on one of the two nodes.
     assert row["trial_processes"] >= 4 and row["rss_median_mb"] > 50
     assert set(row["per_node"]) <= {"node_0", "node_1"}

@@ -420,7 +420,8 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     )
 
     scale = _benchmark("population_scale")
-    draws = ((0.3, 0.3), (0.5, 0.5), (0.7, 0.7))
+    # Draws far apart: the slow trials fall an interval behind and are cloned.
+    draws = ((0.1, 0.1), (0.5, 0.5), (1.0, 1.0))
     costs = TrialCosts(
         processes=1,
         start_s=0.0,
@@ -431,6 +432,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         train_per_process=0.0,
         driver_s=0.0,
         ray_cores_per_node=0.0,
+        clone_share=1.0,
         source="test",
     )
     truth = Constants(
@@ -441,6 +443,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         train_per_process=0.05,
         driver_s=0.1,
         ray_cores_per_node=0.05,
+        clone_share=0.5,
     )
     exploits = exploits_of(scale._scheduler())
     rows = []
@@ -450,7 +453,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
             trials=size,
             at_once=size,
             cores=2.0,
-            iterations=10,
+            iterations=12,
             exploits=exploits,
             nodes=4,
         )
@@ -460,10 +463,11 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
                     "size": size,
                     "round": round_,
                     "nodes": 4,
-                    "iterations": 10,
+                    "iterations": 12,
                     "results": fc.results,
                     "wall_s": fc.wall_s * scale_by,
                     "outside": fc.outside * scale_by,
+                    "outside_before": fc.before * scale_by,
                     "driver_cpu_s": 0.1 * fc.results,
                     "ray_cpu_s": 0.2 * fc.wall_s * scale_by,
                     "forecast": {"cores": 2.0, "iteration_costs": [list(d) for d in draws]},
@@ -478,10 +482,13 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         for e in (1.0, 2.0)
         for d in (0.0, 0.05)
     ]
-    fitted = scale.calibration(rows, grid=grid)
+    fitted = scale.calibration(rows, grid=grid, shipped=truth)
     assert fitted["largest_error"] < 0.01
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
     assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
     assert fitted["train_per_process"] == 0.05
+    # The clone share, fitted first to the train() calls with the shipped constants
+    # (here the truth's): the count is the population's, hardly the machine's.
+    assert fitted["clone_share"] == 0.5 and fitted["clone_calls_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)

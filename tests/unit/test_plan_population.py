@@ -14,8 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from tests.unit.test_resources import cluster, experiment, resolved, run_cli
+from workbench.experiment.schema import SchedulerSection
 from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
@@ -50,6 +52,7 @@ def costs(iteration: float = 0.5, **changes: Any) -> TrialCosts:
         "train_per_process": 0.0,
         "ray_cores_per_node": 0.0,
         "driver_s": 0.1,
+        "clone_share": 1.0,
         "source": "test",
     }
     return TrialCosts(**{**base, **changes})
@@ -204,6 +207,46 @@ def test_pbt_clones_skip_iterations_and_the_population_drifts_to_the_fast_trials
         type="pbt", perturbation_interval=4, quantile_fraction=0.25, burn_in_period=0
     )
     assert exploits_of(section) == pbt
+
+
+def test_a_rule_that_clones_only_over_a_clear_gain_clones_a_share_of_the_decisions() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    draws = [(0.1, 0.1), (1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]
+    tested = Exploits(interval=4, quantile=0.25, tested=True)
+
+    def calls(exploits: Exploits, share: float) -> list[float]:
+        return [
+            simulate(
+                sim,
+                draws,
+                at_once=4,
+                cores=4,
+                iterations=40,
+                exploits=exploits,
+                seed=seed,
+                clone_share=share,
+            ).results
+            for seed in range(8)
+        ]
+
+    every = calls(tested, 1.0)
+    # None of the decisions clones: every trial runs all its iterations.
+    assert calls(tested, 0.0) == [160.0] * 8
+    # Half of them: fewer skipped iterations than when every one clones.
+    half = calls(tested, 0.5)
+    assert max(every) < 160 and sum(every) < sum(half) < 8 * 160
+    # A share is the test's: an untested rule (Tune's truncation) clones at every one.
+    untested = Exploits(interval=4, quantile=0.25)
+    assert calls(untested, 0.0) == every
+    # The plan reads which rule it is from the experiment's scheduler section: the
+    # shipped default tests the gain (Welch); "none" with no margin and no sparing does not.
+    rule = {"type": "pbt", "perturbation_interval": 4, "quantile_fraction": 0.25}
+    shipped = TypeAdapter(SchedulerSection).validate_python(rule)
+    assert exploits_of(shipped) == tested
+    plain = TypeAdapter(SchedulerSection).validate_python({**rule, "exploit_test": "none"})
+    assert exploits_of(plain) == untested
+    margin = {**rule, "exploit_test": "none", "exploit_min_gain": 5.0}
+    assert exploits_of(TypeAdapter(SchedulerSection).validate_python(margin)) == tested
 
 
 def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(

@@ -18,7 +18,10 @@ decision lies at least an interval past the trial's own last start, taking that
 iteration count and that trial's hyperparameters (so its cost of a ``train()``). The
 model cannot know the scores: it ranks trials by how far they have trained at their last
 decisions, as a population that is learning does. Those clones are the iterations a PBT
-population skips, and how its cost drifts toward the trials that run fastest.
+population skips, and how its cost drifts toward the trials that run fastest. A rule that
+clones only over a clear gain (a significance test on the evaluations, a minimum gain, or
+sparing a member still improving) lets through a share of those decisions only
+(``clone_share``): the gain a trial ahead shows is often within the evaluations' noise.
 
 Each trial draws its ``train()`` cost from the searched hyperparameters; the forecast
 averages runs over several orders of those draws (which trial starts where is Ray's
@@ -41,6 +44,9 @@ class Exploits:
     interval: int
     quantile: float
     burn_in: int = 0
+    # Whether a donor must also be clearly better (exploit_test, exploit_min_gain,
+    # spare_improving): then a decision with a donor ahead clones at ``clone_share``.
+    tested: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,9 +162,12 @@ def simulate(
     iterations: int,
     exploits: Exploits | None,
     seed: int = 0,
+    clone_share: float = 1.0,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
-    cost in the order given."""
+    cost in the order given; under a tested rule, ``clone_share`` of the decisions that
+    find a donor clone."""
+    share = clone_share if exploits is not None and exploits.tested else 1.0
     rng = random.Random(seed)
     trials = [_Trial(cost) for cost in draws]
     pending = deque(range(len(trials)))
@@ -206,7 +215,7 @@ def simulate(
         donors = [
             j for value, j in ranked[-k:] if value > t.done and value >= t.start + exploits.interval
         ]
-        if not donors:
+        if not donors or (share < 1.0 and rng.random() >= share):
             return
         donor = trials[rng.choice(donors)]
         assert donor.decided is not None
