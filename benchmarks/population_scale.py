@@ -521,6 +521,8 @@ def run_size(
             "cores": forecast.cores,
             "iteration_cpu_s": forecast.costs.iteration_cpu_s,
             "iteration_costs": forecast.costs.iterations,  # (CPU s, own s) of the draws
+            # The same of each trial's own first draw, in the run's order (None: unknown).
+            "drawn_costs": forecast.costs.drawn,
         }
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
@@ -842,11 +844,19 @@ def calibration(
         for key, runs in groups.items()
     }
 
+    # Each size's own first draws (the same seed every round), where its runs recorded them.
+    drawn = {
+        key: tuple((float(c), float(w)) for c, w in own)
+        if (own := runs[0].get("forecast", {}).get("drawn_costs"))
+        else None
+        for key, runs in groups.items()
+    }
+
     def forecasts(constants: Constants) -> Iterator[tuple[Any, tuple[float, ...]]]:
         model = with_constants(costs, constants)
         for (size, iterations, nodes), figures in measured.items():
             fc = forecast(
-                model,
+                replace(model, drawn=drawn[(size, iterations, nodes)]),
                 trials=size,
                 at_once=size,
                 cores=cores,

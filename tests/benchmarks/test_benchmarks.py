@@ -275,6 +275,8 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     forecast = row["forecast"]
     assert forecast["results_per_s"] > 0 and 0 < forecast["outside"] < 1
     assert forecast["cores"] == min(4, os.cpu_count() or 1)
+    # Priced at the population's own first draws, one a trial, for the calibration.
+    assert len(forecast["drawn_costs"]) == 4 and all(c > 0 for c, _ in forecast["drawn_costs"])
     assert "`workbench plan`'s forecast beside the measurement" in result.stdout
     assert "within 25% of the measured median:" in result.stdout
     # The CPU the cluster's processes used over the run: the trials' and Ray's own.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -446,10 +447,13 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         clone_share=0.5,
     )
     exploits = exploits_of(scale._scheduler())
+    # The runs of 6 recorded their own first draws (all cheap), which the fit must price
+    # them at; the runs of 12 did not (older runs), and take the quantiles.
+    own = {6: ((0.1, 0.1),) * 3 + ((0.5, 0.5),) * 3, 12: None}
     rows = []
     for size in (6, 12):
         fc = forecast(
-            with_constants(costs, truth),
+            replace(with_constants(costs, truth), drawn=own[size]),
             trials=size,
             at_once=size,
             cores=2.0,
@@ -470,7 +474,11 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
                     "outside_before": fc.before * scale_by,
                     "driver_cpu_s": 0.1 * fc.results,
                     "ray_cpu_s": 0.2 * fc.wall_s * scale_by,
-                    "forecast": {"cores": 2.0, "iteration_costs": [list(d) for d in draws]},
+                    "forecast": {
+                        "cores": 2.0,
+                        "iteration_costs": [list(d) for d in draws],
+                        "drawn_costs": own[size] and [list(d) for d in own[size]],
+                    },
                 }
             )
     # A grid holding the truth among its neighbours: the fit picks it and stays there.

@@ -9,6 +9,7 @@ import json
 import math
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,8 +23,10 @@ from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
     TrialCosts,
+    drawn_costs,
     exploits_of,
     forecast,
+    forecast_lines,
     iteration_costs,
     iterations_of,
 )
@@ -36,6 +39,7 @@ from workbench.plan.resources import (
 )
 from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
+from workbench.run.dry_run import planned_trials
 
 HALF_CPU: dict[str, Any] = {"cpus_main": 0.5, "cpus_per_learner": 0}
 
@@ -271,6 +275,52 @@ def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(
     assert draws[-1][0] == pytest.approx(0.1 + 6 * (0.01 + 0.02))
     replaying = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=None)
     assert iteration_costs(space, plan.config, replaying) is None
+
+
+def test_a_population_pays_for_its_own_first_draws_not_the_distributions_quantiles() -> None:
+    # The searched distribution spans a 20x spread; this population of 4 drew its cheapest.
+    spread = tuple((x, x) for x in (0.2, 0.4, 0.8, 1.6, 3.2, 4.0))
+    base = costs(iterations=spread, driver_s=0.0, result_s=0.0)
+    own = replace(base, drawn=((0.2, 0.2),) * 4)
+    quantiles = forecast(base, trials=4, at_once=4, cores=64, iterations=40)
+    drawn = forecast(own, trials=4, at_once=4, cores=64, iterations=40)
+    # A core each: every trial takes its start and 40 of its own train() calls.
+    assert drawn.wall_s == pytest.approx(8.0 + 40 * 0.2)
+    assert quantiles.wall_s == pytest.approx(8.0 + 40 * 4.0)  # the dearest quantile's
+    # Its draws are taken in the run's order; another population size takes the quantiles.
+    assert own.trial_draws(4) == ([(0.2, 0.2)] * 4, True)
+    assert own.trial_draws(6) == (base.quantiles(6), False)
+    lines = forecast_lines(drawn)
+    assert "~0.2 s for this population's own first draws, which the forecast uses" in lines[1]
+    assert "own first draws" not in forecast_lines(quantiles)[1]
+
+
+def test_the_plan_prices_the_trials_the_run_will_draw(tmp_path: Path) -> None:
+    space = {"num_epochs": {"randint": [3, 20]}, "minibatch_size": {"choice": [64, 512]}}
+    source = resolved(tmp_path, HALF_CPU, population=6, search_space={"params": space})
+    plan = make_plan(source, cluster("cpus=2"))
+    assert plan.forecast is not None and plan.config is not None
+    # The run's own draws (`workbench run --dry-run`'s), priced one by one in its order.
+    planned = [values for _, values in planned_trials(source)]
+    assert len({(v["num_epochs"], v["minibatch_size"]) for v in planned}) > 1
+    rate = plan.throughput
+    assert rate is not None
+    assert plan.forecast.costs.drawn == drawn_costs(planned, plan.config, rate)
+    # Each priced as iteration_costs prices a draw: sampling the batch, then its epochs.
+    batch = float(plan.config.train_batch_size_per_learner)
+    assert rate.learner_costs is not None
+    per_sample, per_minibatch = rate.learner_costs
+    for values, (cpu, _) in zip(planned, plan.forecast.costs.drawn, strict=True):
+        learn = values["num_epochs"] * (
+            batch * per_sample + math.ceil(batch / values["minibatch_size"]) * per_minibatch
+        )
+        assert cpu == pytest.approx(batch / rate.per_core + learn)
+    # A value the space does not search is the config's own.
+    fixed = drawn_costs([{"num_epochs": 5}], plan.config, rate)
+    assert fixed is not None
+    minibatch = float(plan.config.minibatch_size or batch)
+    learn = 5 * (batch * per_sample + math.ceil(batch / minibatch) * per_minibatch)
+    assert fixed[0][0] == pytest.approx(batch / rate.per_core + learn)
 
 
 def test_iterations_come_from_the_stop_rule(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ from workbench.plan.throughput import (
     small_model_on_gpu,
 )
 from workbench.trial.config import build_config, with_resources_of
+from workbench.trial.draws import draw_trials, random_search
 
 # Counting how many trials a cluster holds stops here (the plan says "or more").
 _CAPACITY_CAP = 1000
@@ -394,7 +395,15 @@ def make_plan(
     population_forecast = None
     if throughput is not None and fit.concurrent:
         population_forecast = forecast_population(
-            exp, resolved.search_space, config, throughput, request, cluster, trials, fit.concurrent
+            exp,
+            resolved.search_space,
+            config,
+            throughput,
+            request,
+            cluster,
+            trials,
+            fit.concurrent,
+            drawn=first_draws(resolved, config),
         )
     return Plan(
         file=where,
@@ -422,6 +431,19 @@ def make_plan(
     )
 
 
+def first_draws(
+    resolved: ResolvedExperiment, config: AlgorithmConfig
+) -> list[dict[str, Any]] | None:
+    """Each trial's searched values as the run will draw them (its seeded searcher over
+    the same space, as `workbench run --dry-run` draws them), in the run's order; None
+    for Optuna, whose later draws follow the results."""
+    if resolved.experiment.search.type == "optuna":
+        return None
+    return [
+        values for _, values in draw_trials(resolved, config, random_search(resolved.experiment))
+    ]
+
+
 def forecast_population(
     exp: Experiment,
     space: SearchSpace,
@@ -431,9 +453,11 @@ def forecast_population(
     cluster: Cluster,
     trials: int,
     at_once: int,
+    drawn: list[dict[str, Any]] | None = None,
 ) -> Forecast | None:
-    """The population's pace on this cluster's cores (None where train()'s cost is unknown)."""
-    costs = trial_costs(space, config, rate, processes=len(request.bundles))
+    """The population's pace on this cluster's cores (None where train()'s cost is unknown;
+    ``drawn``: the population's own first draws, see ``first_draws``)."""
+    costs = trial_costs(space, config, rate, processes=len(request.bundles), drawn=drawn)
     if costs is None:
         return None
     iterations = iterations_of(exp.stop, float(config.train_batch_size_per_learner))

@@ -14,9 +14,11 @@ hop of which waits its turn on crowded cores). The trials share what the driver 
 the cores equally, none faster than its own time with a core per process.
 
 The trials differ: each draws its hyperparameters, and ``num_epochs`` or ``minibatch_size``
-can make one ``train()`` ten times another's. The population's ``n`` trials take ``n``
-evenly spaced quantiles of the iteration's cost over the searched distribution, in several
-orders, and the forecast is the mean of those runs. Under PBT or PB2 the simulated trials
+can make one ``train()`` ten times another's. The population's ``n`` trials take what
+their own first draws cost, in the order the run starts them, where the plan draws them
+as the run's seeded searcher will; otherwise ``n`` evenly spaced quantiles of the
+iteration's cost over the searched distribution, in several orders. The forecast is the
+mean of those runs. Under PBT or PB2 the simulated trials
 decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained: a trial
 behind restarts from a leader's checkpoint, skipping iterations and taking the leader's
 cost.
@@ -105,6 +107,10 @@ class TrialCosts:
     ray_cores_per_node: float
     clone_share: float
     source: str  # where the iteration's cost comes from
+    # One train() of each of the population's own first draws, in the order the run starts
+    # them (the seeded searcher's; None where not drawn): what the trials pay, rather than
+    # evenly spaced quantiles of the distribution, which a small population rarely meets.
+    drawn: tuple[tuple[float, float], ...] | None = None
 
     def crowd(self, at_once: int, cores: float) -> float:
         """Trial processes per core with ``at_once`` trials running on ``cores``."""
@@ -135,6 +141,14 @@ class TrialCosts:
         count = len(self.iterations)
         return [self.iterations[min(int((i + 0.5) / n * count), count - 1)] for i in range(n)]
 
+    def trial_draws(self, n: int) -> tuple[list[tuple[float, float]], bool]:
+        """The train() cost of each of ``n`` trials, and whether in the run's own order:
+        the population's own first draws where they are known for ``n`` trials, else
+        evenly spaced quantiles (to be shuffled)."""
+        if self.drawn is not None and len(self.drawn) == n:
+            return list(self.drawn), True
+        return self.quantiles(n), False
+
 
 @dataclass(frozen=True)
 class Forecast:
@@ -164,24 +178,49 @@ def iteration_costs(
     time counts as the CPU time of the process that waits on it."""
     if rate.learner_costs is None or rate.per_core <= 0:
         return None
-    per_sample, per_minibatch = rate.learner_costs
-    learners = max(int(getattr(config, "num_learners", 0) or 0), 1)
-    runners = max(rate.runners, 1)
-    fixed = {
+    fixed = _fixed(config)
+    draws = [_draws(space, name, base) for name, base in fixed.items()]
+    return tuple(sorted(_one_train(rate, config, *d) for d in zip(*draws, strict=True)))
+
+
+def drawn_costs(
+    drawn: list[dict[str, Any]], config: Any, rate: Throughput
+) -> tuple[tuple[float, float], ...] | None:
+    """(CPU s, wall s) of one train() of each of these trials (their searched values by
+    public name; the config's own where not searched), in their order; None as for
+    ``iteration_costs``."""
+    if rate.learner_costs is None or rate.per_core <= 0:
+        return None
+    fixed = _fixed(config)
+    return tuple(
+        _one_train(rate, config, *(float(values.get(name, base)) for name, base in fixed.items()))
+        for values in drawn
+    )
+
+
+def _fixed(config: Any) -> dict[str, float]:
+    """The config's own batch, epochs and minibatch (what a trial not searching them uses)."""
+    return {
         "train_batch_size_per_learner": float(config.train_batch_size_per_learner),
         "num_epochs": float(getattr(config, "num_epochs", 1) or 1),
         "minibatch_size": float(
             getattr(config, "minibatch_size", None) or config.train_batch_size_per_learner
         ),
     }
-    draws = [_draws(space, name, base) for name, base in fixed.items()]
-    out = []
-    for batch, epochs, minibatch in zip(*draws, strict=True):
-        sample_s = batch * learners / rate.per_core
-        minibatches = math.ceil(batch / min(minibatch, batch))
-        learn_s = epochs * (batch * per_sample + minibatches * per_minibatch)
-        out.append((sample_s + learn_s * learners, sample_s / runners + learn_s))
-    return tuple(sorted(out))
+
+
+def _one_train(
+    rate: Throughput, config: Any, batch: float, epochs: float, minibatch: float
+) -> tuple[float, float]:
+    """(CPU s, wall s) of one train() at this batch, epochs and minibatch."""
+    assert rate.learner_costs is not None
+    per_sample, per_minibatch = rate.learner_costs
+    learners = max(int(getattr(config, "num_learners", 0) or 0), 1)
+    runners = max(rate.runners, 1)
+    sample_s = batch * learners / rate.per_core
+    minibatches = math.ceil(batch / min(minibatch, batch))
+    learn_s = epochs * (batch * per_sample + minibatches * per_minibatch)
+    return (sample_s + learn_s * learners, sample_s / runners + learn_s)
 
 
 def _draws(space: SearchSpace, name: str, base: float) -> list[float]:
@@ -201,8 +240,10 @@ def trial_costs(
     *,
     processes: int,
     constants: Constants = MEASURED,
+    drawn: list[dict[str, Any]] | None = None,
 ) -> TrialCosts | None:
-    """The costs of one trial of this experiment."""
+    """The costs of one trial of this experiment (``drawn``: the population's own first
+    draws, by public name, in the run's order, where the plan knows them)."""
     iterations = iteration_costs(space, config, rate)
     if iterations is None:
         return None
@@ -210,6 +251,7 @@ def trial_costs(
         processes=processes,
         iterations=iterations,
         source="measured by --probe" if rate.measured else "documented rates",
+        drawn=drawn_costs(drawn, config, rate) if drawn else None,
         **asdict(constants),
     )
 
@@ -267,12 +309,14 @@ def forecast(
         driver_s=costs.driver_s,
     )
     dearer = costs.train_factor(slots, left)
-    draws = [(cpu * dearer, wall * dearer) for cpu, wall in costs.quantiles(trials)]
+    own, in_order = costs.trial_draws(trials)
+    draws = [(cpu * dearer, wall * dearer) for cpu, wall in own]
     rounds = max(1, min(_ROUNDS, _RESULTS_SIMULATED // max(trials * count, 1)))
     runs = []
     for seed in range(rounds):
         order = list(draws)
-        random.Random(seed).shuffle(order)
+        if not in_order:
+            random.Random(seed).shuffle(order)
         runs.append(
             simulate(
                 sim_costs,
@@ -310,6 +354,14 @@ def forecast(
     )
 
 
+def _drawn_note(costs: TrialCosts, trials: int) -> str:
+    own, in_order = costs.trial_draws(trials)
+    if not in_order:
+        return ""
+    mean = sum(c for c, _ in own) / len(own)
+    return f"; ~{mean:.3g} s for this population's own first draws, which the forecast uses"
+
+
 def forecast_lines(result: Forecast) -> list[str]:
     """What `workbench plan` prints."""
     c = result.costs
@@ -325,7 +377,8 @@ def forecast_lines(result: Forecast) -> list[str]:
     return [
         f"Population forecast ({c.source} for train(); the rest measured here, docs/resources.md):",
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
-        f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)",
+        f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
+        + _drawn_note(c, result.trials),
         f"  {result.trials} trials x {result.iterations} iterations{per}, {result.at_once} at "
         f"once on {result.cores:g} cores: ~{result.iterations_per_s:.3g} iterations/s, "
         f"~{_minutes(result.wall_s)}{skipped}; ~{100 * result.outside:.0f}% of the trials' "

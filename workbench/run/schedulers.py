@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune.schedulers import TrialScheduler
-from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
+from ray.tune.search import ConcurrencyLimiter, SearchAlgorithm, Searcher
 
 from workbench.experiment.schema import Experiment, SchedulerSection
 from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import SCORE_METRIC
 from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
+from workbench.trial.draws import random_search
 from workbench.tune_ext.optuna_study import StudySearch
 from workbench.tune_ext.pbt import WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
 from workbench.tune_ext.replay import replay_scheduler
@@ -145,8 +146,4 @@ def search_algorithm(
         if exp.max_concurrent:
             return ConcurrencyLimiter(searcher, max_concurrent=exp.max_concurrent)
         return searcher
-    return BasicVariantGenerator(
-        random_state=seed,
-        max_concurrent=exp.max_concurrent or 0,
-        constant_grid_search=False,
-    )
+    return random_search(exp)
