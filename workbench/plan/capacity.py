@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,9 @@ from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_checks import grid_points
-from workbench.experiment.search_space import SearchSpace
 from workbench.plan.population import (
     Forecast,
+    drawn_costs,
     exploits_of,
     forecast,
     forecast_lines,
@@ -395,15 +395,7 @@ def make_plan(
     population_forecast = None
     if throughput is not None and fit.concurrent:
         population_forecast = forecast_population(
-            exp,
-            resolved.search_space,
-            config,
-            throughput,
-            request,
-            cluster,
-            trials,
-            fit.concurrent,
-            drawn=first_draws(resolved, config),
+            resolved, config, throughput, request, cluster, trials, fit.concurrent
         )
     return Plan(
         file=where,
@@ -445,21 +437,23 @@ def first_draws(
 
 
 def forecast_population(
-    exp: Experiment,
-    space: SearchSpace,
+    resolved: ResolvedExperiment,
     config: AlgorithmConfig,
     rate: Throughput,
     request: TrialRequest,
     cluster: Cluster,
     trials: int,
     at_once: int,
-    drawn: list[dict[str, Any]] | None = None,
 ) -> Forecast | None:
-    """The population's pace on this cluster's cores (None where train()'s cost is unknown;
-    ``drawn``: the population's own first draws, see ``first_draws``)."""
-    costs = trial_costs(space, config, rate, processes=len(request.bundles), drawn=drawn)
+    """The population's pace on this cluster's cores (None where train()'s cost is unknown),
+    each trial priced at its own first draw where the plan can draw it (``first_draws``)."""
+    exp = resolved.experiment
+    costs = trial_costs(resolved.search_space, config, rate, processes=len(request.bundles))
     if costs is None:
         return None
+    drawn = first_draws(resolved, config)
+    if drawn:
+        costs = replace(costs, drawn=drawn_costs(drawn, config, rate))
     iterations = iterations_of(exp.stop, float(config.train_batch_size_per_learner))
     return forecast(
         costs,

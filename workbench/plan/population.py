@@ -240,10 +240,8 @@ def trial_costs(
     *,
     processes: int,
     constants: Constants = MEASURED,
-    drawn: list[dict[str, Any]] | None = None,
 ) -> TrialCosts | None:
-    """The costs of one trial of this experiment (``drawn``: the population's own first
-    draws, by public name, in the run's order, where the plan knows them)."""
+    """The costs of one trial of this experiment."""
     iterations = iteration_costs(space, config, rate)
     if iterations is None:
         return None
@@ -251,7 +249,6 @@ def trial_costs(
         processes=processes,
         iterations=iterations,
         source="measured by --probe" if rate.measured else "documented rates",
-        drawn=drawn_costs(drawn, config, rate) if drawn else None,
         **asdict(constants),
     )
 

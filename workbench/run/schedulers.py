@@ -18,7 +18,7 @@ from workbench.experiment.schema import Experiment, SchedulerSection
 from workbench.experiment.search_space import ParamSpec, clamp_config
 from workbench.names import SCORE_METRIC
 from workbench.trial.candidates import CANDIDATE_BEST_METRIC, CANDIDATE_RETURN_METRIC
-from workbench.trial.draws import random_search
+from workbench.trial.draws import random_search, search_seed
 from workbench.tune_ext.optuna_study import StudySearch
 from workbench.tune_ext.pbt import WorkbenchASHA, WorkbenchFIFO, WorkbenchPBT
 from workbench.tune_ext.replay import replay_scheduler
@@ -128,7 +128,6 @@ def search_algorithm(
 ) -> SearchAlgorithm | Searcher:
     """How the experiment's trials are drawn: Optuna's study in ``results_dir`` (its
     parameters by public name, ``keys`` mapping them to Tune's), or random search."""
-    seed = exp.search.seed if exp.search.seed is not None else exp.seed
     if exp.search.type == "optuna":
         # Its study in the results folder (optuna.db), which Optuna's tools open.
         # The study's value of a trial: its best short evaluation, the figure that
@@ -139,7 +138,7 @@ def search_algorithm(
             exp.name,
             metric=metric,
             mode="max",
-            seed=seed,
+            seed=search_seed(exp),
             n_startup_trials=exp.search.startup_trials,
             names={key: name for name, key in keys.items() if key != name},
         )

@@ -14,11 +14,15 @@ from workbench.names import trial_name
 from workbench.trial.config import param_space
 
 
+def search_seed(exp: Experiment) -> int:
+    """The searcher's seed: the search section's own, else the experiment's."""
+    return exp.search.seed if exp.search.seed is not None else exp.seed
+
+
 def random_search(exp: Experiment) -> BasicVariantGenerator:
     """Random (or grid) search, seeded by the experiment: the same draws on every start."""
-    seed = exp.search.seed if exp.search.seed is not None else exp.seed
     return BasicVariantGenerator(
-        random_state=seed,
+        random_state=search_seed(exp),
         max_concurrent=exp.max_concurrent or 0,
         constant_grid_search=False,
     )
