@@ -21,7 +21,9 @@ Figures per size: the population's env steps per second over ``fit()``; the shar
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
 first result, between results and after its last (``benchmarks.common.outside_train_split``);
 the CPU time of the driver's process (all its threads: Tune's loop, MLflow's writer, the
-state sync) over the run, a share of one core and per result;
+state sync) over the run, a share of one core and per result, less the benchmark's own
+sampling threads (timed apart: they scan ``/proc`` and poll Ray's state API on the cores the
+population shares);
 the peak resident memory (RSS) of each trial process, sampled every 0.5 s from ``/proc`` for
 the processes Ray titles ``ray::PPO``, and the sum of those peaks; and the trial processes per
 node, from the node's raylet being their parent. ``--rounds`` runs of every size, the sizes
@@ -111,6 +113,7 @@ class TrialMemory:
         self._cpu_at_start: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
         self.min_available_mb = math.inf  # the machine's MemAvailable, lowest sample
+        self.own_cpu_s = 0.0  # the sampling thread's CPU, which is not the driver's work
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -138,28 +141,39 @@ class TrialMemory:
                 rest += used
         return trials, rest
 
-    def _sample_cpu(self) -> None:
-        for pid in self.cluster.alive():
+    def _sample_cpu(self, table: dict[int, tuple[str, int, int]] | None = None) -> None:
+        for pid in self.cluster.alive(table):
             cpu = _cpu_s(pid)
             if cpu is not None:
                 self._cpu_last[pid] = cpu
 
     def _sample(self) -> None:
+        # One scan of /proc a period, and only the raylets' children read, a trial's title
+        # once (an idle worker takes the trial's title when the actor lands on it): the
+        # sampler runs in the driver's process, on the cores the population shares.
+        trials: set[int] = set()
         while not self._stop.wait(self.period_s):
-            self._sample_cpu()
+            table = processes()
+            self._sample_cpu(table)
             available = _proc_fields("/proc/meminfo").get("MemAvailable")  # kB
             if available is not None:
                 self.min_available_mb = min(self.min_available_mb, available / 1024)
-            table = processes()
             for pid, (_, parent, _) in table.items():
-                try:
-                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    status = Path(f"/proc/{pid}/status").read_text()
-                except OSError:
-                    continue
                 # A worker of the cluster's raylets (not, say, one of the probe's local Ray
                 # still going down).
-                if not title.startswith(TRIAL_TITLE) or parent not in self.raylets:
+                if parent not in self.raylets:
+                    continue
+                if pid not in trials:
+                    try:
+                        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if not title.startswith(TRIAL_TITLE):
+                        continue
+                    trials.add(pid)
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
                     continue
                 rss = next((ln for ln in status.splitlines() if ln.startswith("VmRSS:")), "")
                 if not rss:
@@ -167,17 +181,23 @@ class TrialMemory:
                 mb = int(rss.split()[1]) / 1024
                 self.peak_mb[pid] = max(self.peak_mb.get(pid, 0.0), mb)
                 self.node_of.setdefault(pid, self.raylets[parent])
+        self.own_cpu_s = time.thread_time()
 
 
 class PlacementWatch:
     """Ray's placement groups while the population runs, polled from its state API
     (``ray.util.placement_group_table``): the node of every bundle of every group created,
-    at the moment the most groups were (the whole population placed at once)."""
+    at the moment the most groups were (the whole population placed at once). It stops
+    polling once ``expected`` groups are placed (None: never)."""
 
-    def __init__(self, labels: dict[str, str], period_s: float = 1.0) -> None:
+    def __init__(
+        self, labels: dict[str, str], period_s: float = 1.0, expected: int | None = None
+    ) -> None:
         self.labels = labels  # Ray's node id -> the node's label (node_0, ...)
         self.period_s = period_s
+        self.expected = expected
         self.groups: list[list[str]] = []
+        self.own_cpu_s = 0.0  # the polling thread's CPU, which is not the driver's work
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -201,6 +221,9 @@ class PlacementWatch:
                         [self.labels.get(n, n) for _, n in sorted(g["bundles_to_node_id"].items())]
                         for g in created
                     ]
+            if self.expected is not None and len(self.groups) >= self.expected:
+                break
+        self.own_cpu_s = time.thread_time()
 
     def bundles_per_node(self) -> dict[str, int]:
         counts = {label: 0 for label in sorted(self.labels.values())}
@@ -449,13 +472,16 @@ def run_size(
     counters_before = machine_counters()
     with (
         TrialMemory(raylets, cluster) as memory,
-        PlacementWatch(labels) as placement,
+        PlacementWatch(labels, expected=None if args.lose_node else size) as placement,
         loss if args.lose_node else contextlib.nullcontext(),
     ):
         summary, fit = timed_launch_run(resolved)
     cpu_after = os.times()
     counters_after = machine_counters()
+    # The driver's work: its process's CPU less the benchmark's own sampling threads'.
+    watching_cpu_s = memory.own_cpu_s + placement.own_cpu_s
     driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    driver_cpu_s -= watching_cpu_s
     if summary.errors:
         raise SystemExit(f"population of {size}: {summary.errors} trials errored")
     trials = read_trials(resolved.results_dir)
@@ -482,6 +508,7 @@ def run_size(
         "results": sum(len(rows) for rows in trials.values()),
         "iterations": args.iterations,
         "driver_cpu_s": driver_cpu_s,
+        "watching_cpu_s": watching_cpu_s,
         "trial_cpu_s": trial_cpu_s,
         "ray_cpu_s": ray_cpu_s,
         "outside": 1.0 - train_s / (size * fit.seconds),
@@ -653,10 +680,20 @@ def report(every: list[dict[str, Any]]) -> None:
                 f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
                 f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
                 f"({f['results']} results)"
+                + (
+                    f"; the benchmark's sampling threads beside it {f['watching_cpu_s']:.1f} CPU s"
+                    if "watching_cpu_s" in f
+                    else ""
+                )
             )
             if "trial_cpu_s" in f:
                 cores = f.get("forecast", {}).get("cores")
-                used = f["driver_cpu_s"] + f["trial_cpu_s"] + f["ray_cpu_s"]
+                used = (
+                    f["driver_cpu_s"]
+                    + f.get("watching_cpu_s", 0.0)
+                    + f["trial_cpu_s"]
+                    + f["ray_cpu_s"]
+                )
                 print(
                     f"  the trial processes {f['trial_cpu_s']:.0f} CPU s "
                     f"({f['trial_cpu_s'] / max(f['results'], 1):.2f} a result), Ray's other "

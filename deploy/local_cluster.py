@@ -91,9 +91,10 @@ def processes() -> dict[int, tuple[str, int, int]]:
     return table
 
 
-def in_groups(groups: set[int]) -> set[int]:
-    """Live processes in these process groups, and all their descendants."""
-    table = processes()
+def in_groups(groups: set[int], table: dict[int, tuple[str, int, int]] | None = None) -> set[int]:
+    """Live processes in these process groups, and all their descendants (``table``: a
+    scan of ``processes()`` already made)."""
+    table = processes() if table is None else table
     found = {pid for pid, (_, _, group) in table.items() if group in groups}
     grew = True
     while grew:
@@ -212,10 +213,10 @@ class LocalCluster:
     def remember(self) -> None:
         self.seen = sorted(set(self.seen) | in_groups(self.groups()))
 
-    def alive(self) -> set[int]:
-        table = processes()
+    def alive(self, table: dict[int, tuple[str, int, int]] | None = None) -> set[int]:
+        table = processes() if table is None else table
         pids = {p for p in self.seen if p in table and table[p][0] != "Z"}
-        return pids | in_groups(self.groups())
+        return pids | in_groups(self.groups(), table)
 
     def raylet(self, node: Node) -> int:
         """The raylet process of a node (a drill kills it to lose the node)."""

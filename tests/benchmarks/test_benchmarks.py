@@ -281,6 +281,9 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert "within 25% of the measured median:" in result.stdout
     # The CPU the cluster's processes used over the run: the trials' and Ray's own.
     assert row["trial_cpu_s"] > 0 and row["ray_cpu_s"] > 0
+    # The benchmark's own sampling threads timed apart from the driver's work.
+    assert 0 < row["watching_cpu_s"] < row["driver_cpu_s"] + row["watching_cpu_s"]
+    assert "the benchmark's sampling threads beside it" in result.stdout
     assert row["nodes"] == 2 and row["round"] == 1
 
 
