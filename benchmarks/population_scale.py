@@ -560,6 +560,13 @@ def run_size(
             for rows in trials.values()
             if rows
         )
+        # Each trial's time from its last result to the end of fit(), shortest first: the
+        # shortest is the run's end after the population's last result (the last
+        # checkpoints, the actors stopping, fit() returning); the rest is the trials that
+        # finished first waiting for the slowest.
+        figures["last_result_to_end_s"] = sorted(
+            fit.ended_at - float(rows[-1]["timestamp"]) for rows in trials.values() if rows
+        )
     if args.lose_node:
         if loss.killed_at is None:
             raise SystemExit(f"population of {size}: the node was never lost")
@@ -705,6 +712,16 @@ def report(every: list[dict[str, Any]]) -> None:
                         if cores
                         else ""
                     )
+                )
+            ends = f.get("last_result_to_end_s")
+            if ends:
+                slot = len(ends) * f["wall_s"]
+                end = ends[0]
+                print(
+                    f"  after the last results: fit() ended {end:.0f} s after the population's "
+                    f"last result ({100 * len(ends) * end / slot:.1f}% of the slot time); the "
+                    f"trials that finished first waited {statistics.median(ends) - end:.0f} s "
+                    f"(median) for the slowest ({100 * (sum(ends) - len(ends) * end) / slot:.1f}%)"
                 )
             machine = f.get("machine")
             if machine:

@@ -260,6 +260,11 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert len(waits) == 4 and waits == sorted(waits) and waits[0] > -1.0
     slot_s = 4 * row["wall_s"]
     assert sum(waits) / slot_s == pytest.approx(row["outside_before"], abs=1e-6)
+    # And each one's time from its last result to the end, which add up to the part after.
+    ends = row["last_result_to_end_s"]
+    assert len(ends) == 4 and ends == sorted(ends) and ends[0] > -1.0
+    assert sum(ends) / slot_s == pytest.approx(row["outside_after"], abs=1e-6)
+    assert "after the last results: fit() ended" in result.stdout
     # Every trial process was seen, with its memory, on one of the two nodes.
     assert row["trial_processes"] >= 4 and row["rss_median_mb"] > 50
     assert set(row["per_node"]) <= {"node_0", "node_1"}
