@@ -291,3 +291,6 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     assert figures["learner_s_per_sample"] == rate.learner_costs[0]
     assert figures["learner_s_per_minibatch"] == rate.learner_costs[1]
     assert "ms per minibatch +" in text
+    # The learner connectors' cost, once a train() before its epochs, measured apart.
+    assert figures["learner_s_per_sample_a_train"] == rate.learner_call_s_per_sample >= 0
+    assert "a train() before its epochs" in text

@@ -443,3 +443,31 @@ def test_the_probe_measures_with_the_torch_threads_a_trial_gets() -> None:
     assert _trial_threads(config(None, num_learners=1, num_cpus_per_learner=0.5)) == (2, 1)
     runners_none = config(None, num_learners=0).env_runners(num_env_runners=0)
     assert _trial_threads(runners_none) == (3, 3)
+
+
+def test_the_probe_counts_the_learner_connectors_once_a_train_not_once_an_epoch() -> None:
+    from workbench.plan.population import _one_train
+    from workbench.plan.throughput import _call_part, _two_point
+
+    def update_s(size: int, epochs: int = 1) -> float:  # 30 ms a call, then its epochs
+        return 0.03 + epochs * (2000 * 20e-6 + math.ceil(2000 / size) * 2e-3)
+
+    call_s, epoch_s = _call_part(128, update_s)
+    assert call_s == pytest.approx(0.03) and epoch_s == pytest.approx(update_s(128) - 0.03)
+    costs = _two_point(2000, 64, 512, lambda size: update_s(size) - call_s)
+    assert costs == (pytest.approx(20e-6), pytest.approx(2e-3))
+    # A train() of 10 epochs pays the connectors once: timed as ten one-epoch updates, it
+    # would be priced 0.27 s too dear.
+    rate = Throughput(
+        0, 1e9, None, None, True, per_core=1e9, learner_costs=costs,
+        learner_call_s_per_sample=call_s / 2000,
+    )  # fmt: skip
+    config = SimpleNamespace(
+        train_batch_size_per_learner=2000, num_epochs=10, minibatch_size=128, num_learners=0
+    )
+    cpu_s, _ = _one_train(rate, config, 2000.0, 10.0, 128.0)
+    assert cpu_s == pytest.approx(update_s(128, 10), rel=1e-5)  # sampling: 2 us
+    # Without the split (none measured: 0 a sample), a train() is its epochs alone.
+    flat = Throughput(0, 1e9, None, None, True, per_core=1e9, learner_costs=costs)
+    flat_s, _ = _one_train(flat, config, 2000.0, 10.0, 128.0)
+    assert flat_s == pytest.approx(update_s(128, 10) - 0.03, rel=1e-5)

@@ -253,6 +253,8 @@ class Plan:
                 # One learner epoch: s per sample and s per minibatch (None: not estimated).
                 "learner_s_per_sample": rate.learner_costs[0] if rate.learner_costs else None,
                 "learner_s_per_minibatch": rate.learner_costs[1] if rate.learner_costs else None,
+                # A train()'s learner connectors, once before its epochs: s per sample.
+                "learner_s_per_sample_a_train": rate.learner_call_s_per_sample,
                 "ratio": list(rate.ratio) if rate.ratio else None,
                 "measured": rate.measured,
                 "detail": rate.detail,

@@ -219,7 +219,8 @@ def _one_train(
     runners = max(rate.runners, 1)
     sample_s = batch * learners / rate.per_core
     minibatches = math.ceil(batch / min(minibatch, batch))
-    learn_s = epochs * (batch * per_sample + minibatches * per_minibatch)
+    learn_s = batch * rate.learner_call_s_per_sample
+    learn_s += epochs * (batch * per_sample + minibatches * per_minibatch)
     return (sample_s + learn_s * learners, sample_s / runners + learn_s)
 
 

@@ -103,6 +103,10 @@ class Throughput:
     # sample and per minibatch (None: not a minibatch learner, or not known).
     per_core: float = 0.0
     learner_costs: tuple[float, float] | None = None
+    # One learner update's cost beyond its epochs, in seconds per sample of the batch: the
+    # learner connectors (advantages, value targets) run once a train(), however many
+    # epochs follow (0: not measured apart; the documented rates hold it in their epoch).
+    learner_call_s_per_sample: float = 0.0
 
     @property
     def sampling(self) -> float:
@@ -319,6 +323,7 @@ def probe_throughput(
         ]
         low = high = None
         costs = None
+        call_per_sample = 0.0
         if model is None:
             detail.append(f"learner: not measured ({exp.algorithm} replays)")
         else:
@@ -327,24 +332,28 @@ def probe_throughput(
             episodes, steps = _batch_of(episodes, int(batch_high))
             minibatch = int(min(max((m_low + m_high) / 2, 1), steps))
             update = algo.learner_group.update
-            args = {"timesteps": {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}, "num_epochs": 1}
+            args = {"timesteps": {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}}
 
-            def epoch_s(size: int) -> float:
-                """The median of three epochs in minibatches of ``size``."""
+            def update_s(size: int, epochs: int = 1) -> float:
+                """The median of three updates of ``epochs`` in minibatches of ``size``."""
                 times = []
                 for _ in range(3):
                     start = time.perf_counter()
-                    update(episodes=episodes, minibatch_size=size, **args)
+                    update(episodes=episodes, minibatch_size=size, num_epochs=epochs, **args)
                     times.append(time.perf_counter() - start)
                 return sorted(times)[1]
 
             torch.set_num_threads(learner_threads)
-            epoch_s(minibatch)  # warm-up
-            per_sample_epoch = epoch_s(minibatch) / steps
+            update_s(minibatch)  # warm-up
+            call_s, epoch_s = _call_part(minibatch, update_s)
+            per_sample_epoch = epoch_s / steps
             sizes = [int(min(max(m, 1), steps)) for m in (m_low, m_high)]
-            costs = _two_point(steps, sizes[0], sizes[1], epoch_s)
-            low = learners / (e_high * per_sample_epoch)
-            high = learners / (e_low * per_sample_epoch)
+            costs = _two_point(
+                steps, sizes[0], sizes[1], lambda size: max(update_s(size) - call_s, 0.0)
+            )
+            call_per_sample = call_s / steps
+            low = learners / (call_per_sample + e_high * per_sample_epoch)
+            high = learners / (call_per_sample + e_low * per_sample_epoch)
             device = "GPU" if gpu else f"CPU, {learner_threads} torch thread{_s(learner_threads)}"
             detail.append(
                 f"learner: one epoch over {steps} samples in minibatches of {minibatch} on "
@@ -354,7 +363,8 @@ def probe_throughput(
             detail.append(
                 f"learner: about {costs[1] * 1e3:.3g} ms per minibatch + "
                 f"{costs[0] * 1e6:.3g} us per sample per epoch (from minibatches of "
-                f"{_span(sizes[0], sizes[1])})"
+                f"{_span(sizes[0], sizes[1])}), and {call_s * 1e3:.3g} ms a train() before "
+                "its epochs (the learner connectors over the batch)"
             )
             if res.gpus_per_learner > 0 and not gpu:
                 detail.append("learner: this machine has no CUDA, so the CPU was measured")
@@ -367,6 +377,7 @@ def probe_throughput(
             detail,
             per_core=per_runner,
             learner_costs=costs,
+            learner_call_s_per_sample=call_per_sample,
         )
     finally:
         algo.stop()
@@ -405,6 +416,15 @@ def _batch_of(episodes: list[Any], size: int) -> tuple[list[Any], int]:
         taken.append(episode)
         steps += len(episode)
     return taken, steps
+
+
+def _call_part(size: int, update_s: Any) -> tuple[float, float]:
+    """Seconds of one learner update beyond its epochs (the learner connectors, once a
+    call) and of one epoch, from updates of one and of three epochs in minibatches of
+    ``size``: an update of one epoch alone would count the connectors once an epoch."""
+    one, three = update_s(size, 1), update_s(size, 3)
+    epoch = max((three - one) / 2, 0.0)
+    return max(one - epoch, 0.0), one - max(one - epoch, 0.0)
 
 
 def _two_point(steps: int, small: int, large: int, epoch_s: Any) -> tuple[float, float]:
