@@ -423,8 +423,8 @@ def _call_part(size: int, update_s: Any) -> tuple[float, float]:
     call) and of one epoch, from updates of one and of three epochs in minibatches of
     ``size``: an update of one epoch alone would count the connectors once an epoch."""
     one, three = update_s(size, 1), update_s(size, 3)
-    epoch = max((three - one) / 2, 0.0)
-    return max(one - epoch, 0.0), one - max(one - epoch, 0.0)
+    call = max(one - max((three - one) / 2, 0.0), 0.0)
+    return call, one - call
 
 
 def _two_point(steps: int, small: int, large: int, epoch_s: Any) -> tuple[float, float]:
