@@ -9,6 +9,8 @@ import os
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,3 +244,36 @@ def test_other_inspection_commands_refuse_a_damaged_store_too(
     assert db.read_bytes() == b""
     assert not (tmp_path / "x.yaml").exists()
     assert not (tmp_path / "policy").exists()
+
+
+_GROWING_WRITER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("CREATE TABLE IF NOT EXISTS growth (blob BLOB)")
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO growth VALUES (randomblob(20000))")
+    conn.execute("COMMIT")
+    time.sleep(0.001)
+"""
+
+
+def test_a_store_growing_under_a_writer_is_not_called_truncated(good_db: Path) -> None:
+    # A running population commits to its store while `diagnose` or `runs` reads it. SQLite
+    # writes the header's new page count before the file has grown to it, so a header read
+    # without SQLite's shared lock sees a store that looks truncated for a moment.
+    with subprocess.Popen(
+        [sys.executable, "-c", _GROWING_WRITER, str(good_db), "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        checks = 0
+        while writer.poll() is None:
+            assert store_module._sqlite_header_problem(good_db) is None
+            checks += 1
+    assert writer.returncode == 0
+    assert checks > 1000
+    store_module._check_sqlite(good_db)  # and the whole check, once the writer is done

@@ -157,8 +157,8 @@ def _refused(where: str, message: str) -> ExperimentError:
     return ExperimentError.single(where, "", message)
 
 
-def _sqlite_header_problem(path: Path, size: int) -> str | None:
-    """What SQLite's 100-byte header says is wrong with the file (None: nothing)."""
+def _header_problem(path: Path) -> str | None:
+    size = path.stat().st_size
     with path.open("rb") as f:
         header = f.read(100)
     if not header.startswith(_SQLITE_MAGIC):
@@ -175,6 +175,29 @@ def _sqlite_header_problem(path: Path, size: int) -> str | None:
             "restore it from a copy"
         )
     return None
+
+
+def _sqlite_header_problem(path: Path) -> str | None:
+    """What SQLite's 100-byte header says is wrong with the file (None: nothing).
+
+    A writer commits the header's new page count before the file has grown to it, so a
+    store that a running population writes can look truncated for a moment. What looks
+    wrong is read again under SQLite's shared lock, which holds writers off the file.
+    """
+    problem = _header_problem(path)
+    if problem is None or "truncated" not in problem:
+        return problem
+    try:
+        with contextlib.closing(
+            sqlite3.connect(
+                _sqlite_read_only(path), uri=True, timeout=LOCK_WAIT_S, isolation_level=None
+            )
+        ) as conn:
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # the shared lock
+            return _header_problem(path)
+    except sqlite3.Error:
+        return problem
 
 
 def _sqlite_error(err: sqlite3.Error | str) -> str:
@@ -199,7 +222,7 @@ def _check_sqlite(path: Path) -> None:
             "is empty (0 bytes), not an MLflow store; refused, since MLflow would turn it "
             "into a new, empty store (restore the store, or give the one a run wrote)",
         )
-    problem = _sqlite_header_problem(path, size)
+    problem = _sqlite_header_problem(path)
     if problem is not None:
         raise _refused(where, problem)
     try:
