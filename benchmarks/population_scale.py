@@ -411,6 +411,8 @@ from workbench.experiment.resolve import load_and_resolve
 from workbench.trial.config import build_config
 resolved = load_and_resolve(sys.argv[1])
 config = build_config(resolved.experiment, resolved.defaults).env_runners(num_env_runners=0)
+from workbench.trial import eager_torch
+eager_torch.install()  # as a trial process does before it builds its algorithm
 algo = config.build_algo()
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(usage.ru_utime + usage.ru_stime)

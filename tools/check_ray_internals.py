@@ -38,6 +38,7 @@ ALLOWED: tuple[str, ...] = (
     "trial/fast_runner.py",
     "trial/lean_learner.py",
     "trial/lean_common.py",
+    "trial/eager_torch.py",
     "trial/ppo_loss.py",
     "trial/clip_schedule.py",
     "trial/weight_sync.py",

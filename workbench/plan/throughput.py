@@ -15,6 +15,7 @@ from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
 
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_space import SearchSpace
+from workbench.trial import eager_torch
 from workbench.trial.config import vectorize_mode
 
 # --- documented rates (rough: they say where sampling cannot keep a learner busy) -----------
@@ -304,6 +305,7 @@ def probe_throughput(
         .learners(num_learners=0, num_gpus_per_learner=1 if gpu else 0)
     )
     model = _learner_model(exp.algorithm, space, config)
+    eager_torch.install()  # as in a trial: RLlib's seeding does not import torch's compiler
     algo: Any = config.build_algo()
     try:
         torch.set_num_threads(runner_threads)

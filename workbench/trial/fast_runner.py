@@ -55,6 +55,7 @@ from ray.rllib.utils.metrics import (
 from ray.rllib.utils.spaces.space_utils import get_base_struct_from_space
 
 from workbench.experiment.algorithms import FAST_RUNNER_ALGORITHMS
+from workbench.trial import eager_torch
 from workbench.trial.notices import notice_once
 from workbench.trial.observation_filter import BatchFilter, find_filter, mean_std_filter
 
@@ -194,6 +195,7 @@ class FastEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
     """RLlib's single-agent env runner with a batched inner loop (see module docstring)."""
 
     def __init__(self, *, config: Any, **kwargs: Any) -> None:
+        eager_torch.install()  # before RLlib seeds torch (a remote runner's own process)
         super().__init__(config=config, **kwargs)
         self.fallback_reason = unsupported_reason(self)
         if self.fallback_reason is not None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from workbench.trial import eager_torch
+
 logger = logging.getLogger(__name__)
 
 LEAN_KEY = "lean_learner"  # in config.learner_config_dict: False runs RLlib's own update
@@ -26,6 +28,10 @@ class LeanAdam:
     # the default for-loop on the small networks), "foreach", or None (torch's default).
     adam_implementation: str | None = "fused"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        eager_torch.install()  # before RLlib's learner seeds torch (a remote learner's process)
+        super().__init__(*args, **kwargs)
+
     # --- the optimizer -----------------------------------------------------------------
 
     def _adam_flags(self) -> dict[str, bool]:
@@ -38,9 +44,10 @@ class LeanAdam:
         return {}
 
     def configure_optimizers_for_module(self, module_id: Any, config: Any = None) -> None:
-        """RLlib's Adam, with the faster implementation on CPU (the same state dict)."""
+        """RLlib's Adam, with the faster implementation on CPU (the same state dict), that
+        does not import torch's compiler (``eager_torch.EagerAdam``)."""
         params = self.get_parameters(self.module[module_id])
-        optimizer = torch.optim.Adam(params, **self._adam_flags())
+        optimizer = eager_torch.EagerAdam(params, **self._adam_flags())
         self.register_optimizer(
             module_id=module_id,
             optimizer=optimizer,

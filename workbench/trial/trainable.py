@@ -25,6 +25,7 @@ from workbench.names import (
     EVAL_STD_METRIC,
     STEPS_METRIC,
 )
+from workbench.trial import eager_torch
 from workbench.trial.callbacks import WorkbenchCallbacks
 from workbench.trial.candidates import (
     CANDIDATE_BEST_METRIC,
@@ -158,6 +159,7 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
         _candidate_best: float | None = None
 
         def __init__(self, config: Any = None, **kwargs: Any) -> None:
+            eager_torch.install()  # before RLlib seeds torch
             # A new trial's window, or the one a restore brings (reset_config, resume).
             self.score_window = ScoreWindow(self.score_settings.window)
             if isinstance(config, dict) and config.get(TRIAL_INFO) is not None:

@@ -192,6 +192,8 @@ SURFACE: tuple[Private, ...] = (
     # --- torch and Optuna --------------------------------------------------------
     Private("torch", "_foreach_norm"),
     Private("torch", "_foreach_mul_"),
+    Private("torch", "_C"),
+    Private("torch._C", "_set_deterministic_algorithms"),
     Private("optuna.trial.FrozenTrial", "_trial_id"),
     Private("optuna.study.Study", "_storage"),
     # --- the workbench's own, shared between its modules in tune_ext ----------------
