@@ -1,5 +1,5 @@
-"""Torch in a trial process without its compiler: about 1.5 of the 5.5 CPU seconds a trial
-process spends before its first ``train()`` (docs/ray-fixes.md).
+"""Torch in a trial process without its compiler: about 2 of the 6 CPU seconds a trial
+process spent before its first ``train()`` (docs/ray-fixes.md).
 
 Two calls on every trial's path import ``torch._dynamo`` and Inductor (with sympy and the
 distributed packages) though eager training never compiles:
