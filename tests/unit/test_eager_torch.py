@@ -125,5 +125,11 @@ def test_eager_adam_steps_and_saves_exactly_as_torchs_adam(flags: dict[str, bool
     _train(plain, theirs, 3)
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         assert torch.equal(a, b)
-    # Gradients are not kept after the step (grad mode as torch's wrapper sets it).
-    assert all(not p.grad.requires_grad for p in ours.parameters() if p.grad is not None)
+    # The step runs without grad (an in-place update of a leaf would raise) and gives the
+    # caller's grad mode back, as torch's wrapper does.
+    with torch.enable_grad():
+        eager.step()
+        assert torch.is_grad_enabled()
+    with torch.no_grad():
+        eager.step()
+        assert not torch.is_grad_enabled()
