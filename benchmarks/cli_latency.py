@@ -15,6 +15,12 @@ a disturbance of the machine hits all alike. Printed per case: median, min and m
 seconds over the rounds, and the median as a fraction of ``mlflow runs list`` (the
 anchor, in the same run). Targets (docs/benchmarks/cli-latency.md): ``runs``, ``show``
 and ``lineage`` at most 1.5 s and at most half the anchor; ``validate`` at most 2 s.
+
+``--run`` adds a two-trial, two-iteration ``workbench run`` (PPO on CartPole), and the same
+run as ``sys.exit(main())`` instead of the ``workbench`` entry point, which skips tearing
+the interpreter's modules down (``workbench.cli.main.entry``): "run (torn down)"; the
+difference is what that exit saves. The inspection commands import too little for it
+to show.
 """
 
 from __future__ import annotations
@@ -34,6 +40,23 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import command_line, interleaved, median_min_max  # noqa: E402
 
 BIN = Path(sys.executable).parent
+# The command as it was before `entry`: Python's whole exit, module teardown included.
+TORN_DOWN = [
+    sys.executable,
+    "-c",
+    "import sys; from workbench.cli.main import main; sys.exit(main())",
+]
+RUN_EXPERIMENT = """name: exit
+algorithm: PPO
+env: {id: sim_ext/CartPole-v1}
+population: 2
+search_space: {params: {lr: {loguniform: [1.0e-4, 3.0e-3]}}}
+scheduler: {type: pbt, perturbation_interval: 2, quantile_fraction: 0.5, rank_on: score}
+checkpoint: {frequency: 1}
+training: {train_batch_size_per_learner: 256, minibatch_size: 128, num_epochs: 2}
+stop: {iterations: 2}
+evaluation: {at_end: none, every: 0}
+"""
 TARGETS = {"runs": 1.5, "show": 1.5, "lineage": 1.5, "validate": 2.0}
 
 
@@ -83,6 +106,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--run", action="store_true", help="time a small `workbench run` too")
     args = parser.parse_args()
     print(command_line())
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,14 +128,31 @@ def main() -> None:
                 experiment,
             ],
         }
+        if args.run:
+            run_file = Path(tmp) / "exit.yaml"
+            run_file.write_text(RUN_EXPERIMENT)
+            run = ["run", str(run_file), "--set", f"storage={tmp}/runs"]
+            cases["run"] = [workbench, *run]
+            cases["run (torn down)"] = [*TORN_DOWN, *run]
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+        run_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         # What each answer must hold: a fast empty answer is not an answer.
         expected = {"runs": "bench", "show": "PPO_00001", "lineage": "exploits", "validate": "ok"}
+        expected |= {
+            "run": "Best trial",
+            "run (torn down)": "Best trial",
+        }
 
         def measure(name: str) -> float:
             start = time.perf_counter()
             done = subprocess.run(
-                cases[name], env=env, cwd=tmp, capture_output=True, text=True, check=False
+                cases[name],
+                # A run's store is its own, beside its results: not the one measured.
+                env=run_env if name.startswith("run ") or name == "run" else env,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             took = time.perf_counter() - start
             if done.returncode != 0:

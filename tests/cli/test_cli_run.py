@@ -1,6 +1,7 @@
-"""`workbench run` end to end: a real (tiny) population, its exit code and its summary; its
-automatic name; the trials `--dry-run` listed are the ones it started; a second run of the
-name is refused, and resume finds the population by its experiment's name."""
+"""`workbench run` end to end: a real (tiny) population, its exit code and its summary, and
+no Ray process of its own left behind; its automatic name; the trials `--dry-run` listed
+are the ones it started; a second run of the name is refused, and resume finds the
+population by its experiment's name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 from tests.support.experiments import tiny_ppo, write_experiment
+from workbench.names import SESSION_FILE
+from workbench.run.ray_session import leftover_processes
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
@@ -57,6 +60,9 @@ def test_run_names_a_new_population_and_starts_the_trials_the_dry_run_listed(
     assert f"`workbench eval {folder.name}` rolls it out again" in out
     assert f"Results: {folder}" in out
     assert (folder / "workbench_experiment.yaml").is_file()
+    # The command ends fast (workbench.cli.main.entry) and still stops the Ray it started.
+    session = json.loads((folder / SESSION_FILE).read_text())
+    assert session["processes"] and not leftover_processes(session)
     # Each trial started with the values the dry run listed (MLflow keeps the initial ones).
     store = str(tmp_path / "results")
     for name, lr in planned.items():

@@ -3,6 +3,6 @@
 Exit codes: 0 success, 1 the run failed, 2 bad input (nothing was started).
 """
 
-from workbench.cli.main import main
+from workbench.cli.main import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
