@@ -60,7 +60,8 @@ def test_the_built_wheel_works_installed_apart_from_the_clone(tmp_path: Path) ->
     mine.parent.mkdir()
     mine.write_text(
         "name: mine\nalgorithm: PPO\nenv: {id: sim_ext/CartPole-v1}\n"
-        "search_space: {file: ppo.yaml}\nscheduler: {type: pbt}\npopulation: 4\n"
+        "search_space: {file: ppo.yaml}\nscheduler: {type: pbt, quantile_fraction: 0.5}\n"
+        "population: 2\n"
         "stop: {iterations: 1}\nevaluation: {at_end: none}\n"
     )
     empty = tmp_path / "empty"

@@ -198,7 +198,6 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     saved = results_dir / RESOLVED_FILE
     changed = overridden_stop_keys(args.set or [], str(saved))
     from workbench.experiment.resolve import load_saved
-    from workbench.run.launch import resume
 
     resolved = load_saved(saved, args.set or [])
     statuses = population_statuses(results_dir)
@@ -221,6 +220,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             )
         print(done + finished_note(results_dir))
         return _write_spool(resolved)
+    from workbench.run.launch import resume  # Ray, RLlib and MLflow: only to go on
+
     summary = resume(
         resolved,
         restart_errored=args.restart_errored,
