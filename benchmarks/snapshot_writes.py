@@ -16,12 +16,19 @@ runtime entry is new (its checkpoint moved on; built before the clock starts), e
 trial's is the one the last save had, and the snapshot is saved into the staging folder.
 Interleaved rounds, the saves in alternating order; median [min-max] milliseconds a save,
 and the ratios.
+
+Then the sync that follows each save in a run: the workbench's snapshot put into a results
+folder on the same filesystem whole (``state_sync.replace_whole``), by a copy (the anchor:
+the sync until 5 December) and by a hard link (``state_sync.link_or_copy``, what
+``upload_whole`` does with the snapshot since), interleaved with the saves.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -35,6 +42,7 @@ from benchmarks.snapshot_reads import _runtime
 from workbench.tune_ext import state_sync
 
 SAVES = ("tune", "before", "workbench")
+SYNCS = ("copy", "link")
 
 
 @dataclasses.dataclass
@@ -114,7 +122,8 @@ class Controller:
 
 
 def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
-    """One table row: both saves, ``saves`` checkpoints a round, interleaved."""
+    """One table row: the three saves and the two syncs, ``saves`` checkpoints a round,
+    interleaved."""
     controllers = {}
     for name in SAVES:
         controllers[name] = Controller(size, folder, folder / name)
@@ -126,9 +135,21 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
     for name in SAVES:  # a first save, as the run's first checkpoint makes
         functions[name](controllers[name])
 
+    snapshot = folder / "workbench" / "experiment_state-bench.json"
+    (folder / "results").mkdir()
+    put = {"copy": shutil.copyfile, "link": state_sync.link_or_copy}
+
     def measure(name: str) -> float:
-        controller, save = controllers[name], functions[name]
         spent = 0.0
+        if name in SYNCS:
+            for _ in range(saves):
+                start = time.perf_counter()
+                state_sync.replace_whole(
+                    functools.partial(put[name], snapshot), folder / "results" / snapshot.name
+                )
+                spent += time.perf_counter() - start
+            return 1000 * spent / saves
+        controller, save = controllers[name], functions[name]
         for _ in range(saves):
             controller.next_checkpoint()
             start = time.perf_counter()
@@ -136,7 +157,7 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
             spent += time.perf_counter() - start
         return 1000 * spent / saves
 
-    tune, before, ours = interleaved(rounds, list(SAVES), measure, alternate=True)
+    tune, before, ours, copy, link = interleaved(rounds, [*SAVES, *SYNCS], measure, alternate=True)
     written = folder / "workbench" / "experiment_state-bench.json"
     anchor = folder / "tune" / "experiment_state-bench.json"
     # The same snapshot (the runtimes differ only in their checkpoints' random ids).
@@ -149,7 +170,7 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
     megabytes = written.stat().st_size / 1e6
     return (
         f"| {size} | {megabytes:.1f} | {spread(tune)} | {spread(before)} | {spread(ours)} "
-        f"| {ratio} | {gain} |"
+        f"| {ratio} | {gain} | {spread(copy)} | {spread(link)} |"
     )
 
 
@@ -161,6 +182,8 @@ HEADER = (
     "workbench, ms",
     "Tune / workbench",
     "before / workbench",
+    "sync by copy, ms",
+    "sync by link, ms",
 )
 
 

@@ -299,11 +299,13 @@ def test_snapshot_reads_times_every_reader_on_the_same_snapshots() -> None:
     assert anchor > 0 and blake2b > 0 and ours > 0
 
 
-def test_snapshot_writes_times_tunes_save_and_the_workbenchs_on_the_same_trials() -> None:
+def test_snapshot_writes_times_tunes_save_the_workbenchs_and_the_sync() -> None:
     result = _benchmark("snapshot_writes.py", "--quick", timeout=300)
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("| 4 |")]
     tune, before, ours = (float(cell.split()[0]) for cell in row.split("|")[3:6])
     assert tune > 0 and before > 0 and ours > 0
+    copy, link = (float(cell.split()[0]) for cell in row.split("|")[8:10])
+    assert copy > 0 and link > 0
 
 
 def test_cli_latency_times_every_command_against_mlflows_cli(tmp_path: Path) -> None:
