@@ -57,6 +57,7 @@ training: {train_batch_size_per_learner: 256, minibatch_size: 128, num_epochs: 2
 stop: {iterations: 2}
 evaluation: {at_end: none, every: 0}
 """
+RUNS = ("run", "run (torn down)")  # the --run cases
 TARGETS = {"runs": 1.5, "show": 1.5, "lineage": 1.5, "validate": 2.0}
 
 
@@ -132,23 +133,20 @@ def main() -> None:
             run_file = Path(tmp) / "exit.yaml"
             run_file.write_text(RUN_EXPERIMENT)
             run = ["run", str(run_file), "--set", f"storage={tmp}/runs"]
-            cases["run"] = [workbench, *run]
-            cases["run (torn down)"] = [*TORN_DOWN, *run]
+            cases[RUNS[0]] = [workbench, *run]
+            cases[RUNS[1]] = [*TORN_DOWN, *run]
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
         run_env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         # What each answer must hold: a fast empty answer is not an answer.
         expected = {"runs": "bench", "show": "PPO_00001", "lineage": "exploits", "validate": "ok"}
-        expected |= {
-            "run": "Best trial",
-            "run (torn down)": "Best trial",
-        }
+        expected |= dict.fromkeys(RUNS, "Best trial")
 
         def measure(name: str) -> float:
             start = time.perf_counter()
             done = subprocess.run(
                 cases[name],
                 # A run's store is its own, beside its results: not the one measured.
-                env=run_env if name.startswith("run ") or name == "run" else env,
+                env=run_env if name in RUNS else env,
                 cwd=tmp,
                 capture_output=True,
                 text=True,

@@ -158,16 +158,15 @@ def measure_size(size: int, folder: Path, rounds: int, saves: int) -> str:
         return 1000 * spent / saves
 
     tune, before, ours, copy, link = interleaved(rounds, [*SAVES, *SYNCS], measure, alternate=True)
-    written = folder / "workbench" / "experiment_state-bench.json"
     anchor = folder / "tune" / "experiment_state-bench.json"
     # The same snapshot (the runtimes differ only in their checkpoints' random ids).
-    ours_read, tunes_read = (json.loads(path.read_text()) for path in (written, anchor))
+    ours_read, tunes_read = (json.loads(path.read_text()) for path in (snapshot, anchor))
     assert ours_read.keys() == tunes_read.keys()
     assert ours_read["runner_data"] == tunes_read["runner_data"]
     assert [t[0] for t in ours_read["trial_data"]] == [t[0] for t in tunes_read["trial_data"]]
     ratio = spread([a / b for a, b in zip(tune, ours, strict=True)], unit="x")
     gain = spread([a / b for a, b in zip(before, ours, strict=True)], unit="x")
-    megabytes = written.stat().st_size / 1e6
+    megabytes = snapshot.stat().st_size / 1e6
     return (
         f"| {size} | {megabytes:.1f} | {spread(tune)} | {spread(before)} | {spread(ours)} "
         f"| {ratio} | {gain} | {spread(copy)} | {spread(link)} |"
