@@ -6,6 +6,7 @@ Usage::
 
     .venv/bin/python benchmarks/population_scale.py                  # 4, 8, 16, 32 on 4 nodes
     .venv/bin/python benchmarks/population_scale.py --sizes 8,32 --iterations 20
+    .venv/bin/python benchmarks/population_scale.py --sizes 32 --stops iterations,budget
     .venv/bin/python benchmarks/population_scale.py --quick          # a smoke run (the test)
 
 Method. ``deploy/local_cluster.py`` starts ``--nodes`` ``ray start`` nodes on loopback with
@@ -15,7 +16,11 @@ it as the driver (``ray.init(address=...)``) and runs ``workbench.run.launch.run
 main experiment (``experiments/cartpole_pbt.yaml``: PPO, PBT, the workbench's checkpoints,
 short evaluations and MLflow tracking) once per size, smallest first, with every trial at
 ``nodes x cpus / size`` CPUs so that the whole population runs at once, ``--iterations``
-iterations each, no return target, no final evaluation.
+iterations each, no return target, no final evaluation. With ``--stops budget`` the same
+env steps are instead the population's budget (``stop.population_env_steps``: size x
+iterations x the batch): the trials that iterate faster go on while the dearer ones train,
+and every trial ends at once, none waiting for the slowest; ``--stops iterations,budget``
+interleaves the two.
 
 Figures per size: the population's env steps per second over ``fit()``; the share of the
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
@@ -344,20 +349,34 @@ def drill_checks(resolved: Any, iterations: int) -> dict[str, Any]:
 
 
 def experiment_data(
-    size: int, iterations: int, node_cpus: float, nodes: int, folder: Path, runners: int = 0
+    size: int,
+    iterations: int,
+    node_cpus: float,
+    nodes: int,
+    folder: Path,
+    runners: int = 0,
+    stop: str = "iterations",
 ) -> dict[str, Any]:
     """The main experiment at this size, each of a trial's processes (its main one and each
     env runner) at a share of a node such that the whole population is placed at once:
     ceil(processes / nodes) a node. With env runners, a node's share need not be whole
-    trials, so that some trials' placement groups span nodes."""
+    trials, so that some trials' placement groups span nodes. ``stop``: ``iterations``
+    each trial, or (``budget``) the same env steps as a budget for the whole population
+    (``stop.population_env_steps``), which ends every trial at once."""
     data = yaml.safe_load(EXPERIMENT.read_text())
+    batch = int(data["training"]["train_batch_size_per_learner"])
+    rule = (
+        {"iterations": iterations}
+        if stop == "iterations"
+        else {"population_env_steps": size * iterations * batch}
+    )
     # Rounded down to Ray's resolution (1e-4 CPU), or k shares would not fit in one node.
     per_process = math.floor(1e4 * node_cpus / math.ceil(size * (runners + 1) / nodes)) / 1e4
     data.update(
         name=f"scale{size}",
         population=size,
         storage=str(folder),
-        stop={"iterations": iterations},
+        stop=rule,
         failure={"max_failures": 3},
         evaluation={**(data.get("evaluation") or {}), "at_end": "none"},
     )
@@ -368,12 +387,14 @@ def experiment_data(
     return data
 
 
-def write_experiment(size: int, args: argparse.Namespace, folder: Path, name: str = "") -> Path:
+def write_experiment(
+    size: int, args: argparse.Namespace, folder: Path, name: str = "", stop: str = "iterations"
+) -> Path:
     where = folder / (name or f"size{size}")
     where.mkdir(parents=True)
     path = where / "scale.yaml"
     data = experiment_data(
-        size, args.iterations, args.cpus_per_node, args.nodes, where, args.env_runners
+        size, args.iterations, args.cpus_per_node, args.nodes, where, args.env_runners, stop
     )
     path.write_text(yaml.safe_dump(data))
     return path
@@ -459,10 +480,13 @@ def run_size(
     folder: Path,
     rate: Any,
     round_: int = 1,
+    stop: str = "iterations",
 ) -> Any:
     from workbench.experiment.resolve import load_and_resolve
 
-    resolved = load_and_resolve(write_experiment(size, args, folder, f"size{size}-{round_}"))
+    resolved = load_and_resolve(
+        write_experiment(size, args, folder, f"size{size}-{stop}-{round_}", stop)
+    )
     plan = planned(resolved, cluster.address, rate)
     if plan.concurrent < size:
         raise SystemExit(f"population of {size}: only {plan.concurrent} at once; {plan.summary()}")
@@ -502,6 +526,7 @@ def run_size(
     figures = {
         "size": size,
         "round": round_,
+        "stop": stop,
         "nodes": args.nodes,
         "env_runners": args.env_runners,
         "wall_s": fit.seconds,
@@ -662,6 +687,11 @@ def driver_drill(size: int, args: argparse.Namespace, cluster: LocalCluster, fol
     }
 
 
+def _trials(f: dict[str, Any]) -> str:
+    """A run's population, and its stop where it is the population's budget."""
+    return f"{f['size']}" + (" (budget)" if f.get("stop") == "budget" else "")
+
+
 def report(every: list[dict[str, Any]]) -> None:
     rows = [f for f in every if "wall_s" in f]  # the timed sizes (not the driver drill's)
     if rows:
@@ -676,7 +706,7 @@ def report(every: list[dict[str, Any]]) -> None:
             ]
             nodes = ", ".join(f"{k} {v}" for k, v in f["per_node"].items())
             print(
-                f"| {f['size']} | {f.get('round', 1)} | {f['wall_s']:.0f} | {f['rate']:.0f} "
+                f"| {_trials(f)} | {f.get('round', 1)} | {f['wall_s']:.0f} | {f['rate']:.0f} "
                 f"| {100 * f['outside']:.1f}% "
                 f"| {split[0]:.1f}% | {split[1]:.1f}% | {split[2]:.1f}% "
                 f"| {f['rss_median_mb']:.0f} [{f['rss_max_mb']:.0f}] "
@@ -684,7 +714,7 @@ def report(every: list[dict[str, Any]]) -> None:
             )
         for f in rows:
             print(
-                f"population {f['size']}, round {f.get('round', 1)}: the driver's process used "
+                f"population {_trials(f)}, round {f.get('round', 1)}: the driver's process used "
                 f"{f['driver_cpu_s']:.0f} CPU s "
                 f"({100 * f['driver_cpu_s'] / f['wall_s']:.0f}% of a core over fit()), "
                 f"{1000 * f['driver_cpu_s'] / max(f['results'], 1):.0f} ms a result "
@@ -746,7 +776,7 @@ def report(every: list[dict[str, Any]]) -> None:
             planned = ", ".join(f"{k} {v}" for k, v in sorted(place["planned"].items()))
             actual = ", ".join(f"{k} {v}" for k, v in place["ray"].items())
             print(
-                f"population {f['size']}, round {f.get('round', 1)}: plan {planned} "
+                f"population {_trials(f)}, round {f.get('round', 1)}: plan {planned} "
                 f"({place['planned_across_nodes']} trials "
                 f"across nodes); Ray {actual} ({place['ray_groups']} groups, "
                 f"{place['ray_across_nodes']} across nodes); "
@@ -803,8 +833,8 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     within = total = 0
-    for size in sorted({f["size"] for f in forecasts}):
-        runs = [f for f in forecasts if f["size"] == size]
+    for size, stop in sorted({(f["size"], f.get("stop", "iterations")) for f in forecasts}):
+        runs = [f for f in forecasts if (f["size"], f.get("stop", "iterations")) == (size, stop)]
         fc = runs[0]["forecast"]
         rates = [f["results"] / f["wall_s"] for f in runs]
         outside = [f["outside"] for f in runs]
@@ -816,7 +846,7 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
         within += sum(abs(e) <= 0.25 for e in errors)
         total += len(errors)
         print(
-            f"| {size} | {len(runs)} | {fc.get('results', float('nan')):.0f} "
+            f"| {_trials(runs[0])} | {len(runs)} | {fc.get('results', float('nan')):.0f} "
             f"| {_spread([f['results'] for f in runs], digits=0)} "
             f"| {fc['results_per_s']:.2f} | {_spread(rates)} | {100 * errors[0]:+.0f}% "
             f"| {100 * fc['outside']:.1f}% | {_spread(outside, 100, 1, '%')} "
@@ -990,10 +1020,15 @@ def calibration(
 
 
 def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
-    """Prints the constants these runs and the earlier ones (files --json wrote) give."""
-    runs = [f for f in rows if "outside_before" in f]
+    """Prints the constants these runs and the earlier ones (files --json wrote) give: the
+    runs stopped at their iterations (the model's budget runs are checked, not fitted)."""
+
+    def fitted(f: dict[str, Any]) -> bool:
+        return "outside_before" in f and f.get("stop", "iterations") == "iterations"
+
+    runs = [f for f in rows if fitted(f)]
     for extra in earlier:
-        runs += [f for f in json.loads(Path(extra).read_text()) if "outside_before" in f]
+        runs += [f for f in json.loads(Path(extra).read_text()) if fitted(f)]
     if not runs:
         raise SystemExit("--calibrate: no timed runs to fit")
     constants = calibration(runs)
@@ -1016,6 +1051,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="4,8,16,32", help="population sizes, in order")
     parser.add_argument("--iterations", type=int, default=40, help="per trial")
+    parser.add_argument(
+        "--stops",
+        default="iterations",
+        help="how each run stops, interleaved: iterations (each trial its --iterations), "
+        "budget (the same env steps as stop.population_env_steps: every trial ends at once)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="runs of every size, the sizes interleaved"
     )
@@ -1065,6 +1106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    stops = [s for s in args.stops.split(",") if s]
+    if not stops or set(stops) - {"iterations", "budget"}:
+        parser.error(f"--stops {args.stops!r}: a list of iterations and budget")
+    if "budget" in stops and (args.lose_node or args.kill_driver):
+        parser.error("--stops budget: the drills count the trials at their iterations")
     if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
         calibrate([], args.with_runs)
         return 0
@@ -1101,14 +1147,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for round_ in range(1, (1 if args.kill_driver else args.rounds) + 1):
-            for size in sizes:  # the sizes interleaved, round after round
+            # The sizes and stops interleaved, round after round.
+            for size, stop in itertools.product(sizes, stops):
                 started = time.monotonic()
                 if args.kill_driver:
                     rows.append(driver_drill(size, args, cluster, folder))
                 else:
-                    rows.append(run_size(size, args, cluster, folder, rate, round_))
+                    rows.append(run_size(size, args, cluster, folder, rate, round_, stop))
                 print(
-                    f"population {size}, round {round_}: done in "
+                    f"population {_trials(rows[-1])}, round {round_}: done in "
                     f"{time.monotonic() - started:.0f} s",
                     flush=True,
                 )

@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 
 from workbench.experiment.resolve import load_and_resolve
 
@@ -409,6 +410,30 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     eight = [cell.strip() for cell in lines["8"].split("|")[1:-1]]
     assert eight[1] == "2" and eight[5] == "1.10 [1.00-1.20]" and eight[6] == "+82%"
     assert "within 25% of the measured median: 3 of 4" in out
+    # Runs under the population's budget are their own rows, beside those of their size.
+    scale.forecast_table([*rows, {**_scale_row(4, 1, 1.0, 0.2), "stop": "budget"}])
+    out = capsys.readouterr().out
+    (budget,) = [line for line in out.splitlines() if line.startswith("| 4 (budget) |")]
+    assert [cell.strip() for cell in budget.split("|")[1:-1]][8] == "20.0% [20.0-20.0]"
+    assert "| 4 | 3 |" in out
+
+
+def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_population(
+    tmp_path: Path,
+) -> None:
+    scale = _benchmark("population_scale")
+    each = scale.experiment_data(32, 40, 2.0, 4, tmp_path)
+    pooled = scale.experiment_data(32, 40, 2.0, 4, tmp_path, stop="budget")
+    batch = each["training"]["train_batch_size_per_learner"]
+    assert each["stop"] == {"iterations": 40}
+    assert pooled["stop"] == {"population_env_steps": 32 * 40 * batch}
+    assert {k: v for k, v in pooled.items() if k != "stop"} == {
+        k: v for k, v in each.items() if k != "stop"
+    }
+    path = tmp_path / "budget.yaml"
+    path.write_text(yaml.safe_dump(pooled))
+    stop = load_and_resolve(path, check_results=False).experiment.stop
+    assert stop.population_env_steps == 32 * 40 * batch and stop.iterations is None
 
 
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:

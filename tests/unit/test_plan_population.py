@@ -23,6 +23,7 @@ from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
     TrialCosts,
+    budget_of,
     drawn_costs,
     exploits_of,
     forecast,
@@ -329,6 +330,43 @@ def test_iterations_come_from_the_stop_rule(tmp_path: Path) -> None:
     assert iterations_of(exp.stop, 100) == 30
     exp = resolved(tmp_path, HALF_CPU, stop={"wall_time_s": 60}).experiment
     assert iterations_of(exp.stop, 200) is None
+
+
+def test_a_population_budget_ends_every_trial_at_once_so_none_waits_for_the_slowest() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    draws = [(0.1, 0.1), (0.1, 0.1), (1.0, 1.0), (1.0, 1.0)]
+    each = simulate(sim, draws, at_once=4, cores=4, iterations=40, exploits=None)
+    assert each.results == 160 and each.wall_s == pytest.approx(40.0)
+    # The same 160 train() calls as a budget for the population: the fast trials go on
+    # while the slow ones train, and the run ends when the driver has the 160th result.
+    pooled = simulate(sim, draws, at_once=4, cores=4, iterations=None, exploits=None, budget=160)
+    assert pooled.results == 160
+    assert pooled.wall_s < each.wall_s / 2
+    assert pooled.train_s / (4 * pooled.wall_s) > 0.95 > each.train_s / (4 * each.wall_s)
+    # Whichever ends first: a budget larger than the iterations allow changes nothing.
+    assert (
+        simulate(sim, draws, at_once=4, cores=4, iterations=40, exploits=None, budget=1000) == each
+    )
+    with pytest.raises(ValueError, match="budget"):
+        simulate(sim, draws, at_once=4, cores=4, iterations=None, exploits=None)
+
+
+def test_the_plan_forecasts_a_population_under_an_env_step_budget(tmp_path: Path) -> None:
+    exp = resolved(tmp_path, HALF_CPU, stop={"population_env_steps": 16_000}).experiment
+    assert budget_of(exp.stop, 200) == 80 and iterations_of(exp.stop, 200) is None
+    assert budget_of(resolved(tmp_path, HALF_CPU).experiment.stop, 200) is None
+    c = costs(iterations=((0.1, 0.1), (0.9, 0.9)))
+    pooled = forecast(c, trials=8, at_once=8, cores=2, iterations=None, budget=320)
+    each = forecast(c, trials=8, at_once=8, cores=2, iterations=40)
+    assert pooled.budget == 320 and pooled.iterations_given
+    assert pooled.results == pytest.approx(320, abs=1)
+    assert pooled.outside < each.outside
+    assert "8 trials sharing 320 iterations (the env-step budget)" in forecast_lines(pooled)[2]
+    path = experiment(tmp_path, HALF_CPU, stop={"population_env_steps": 64_000}, population=8)
+    code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=4", "--json")
+    data = json.loads(out)["forecast"]
+    assert code == 0 and data["population_iterations"] is not None
+    assert data["train_calls"] == pytest.approx(data["population_iterations"], rel=0.02)
 
 
 def test_plan_prints_the_forecast_and_puts_it_in_its_json(tmp_path: Path) -> None:

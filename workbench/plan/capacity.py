@@ -27,6 +27,7 @@ from workbench.experiment.schema import Experiment
 from workbench.experiment.search_checks import grid_points
 from workbench.plan.population import (
     Forecast,
+    budget_of,
     drawn_costs,
     exploits_of,
     forecast,
@@ -233,6 +234,7 @@ class Plan:
             if self.forecast is None
             else {
                 "iterations_per_trial": self.forecast.iterations,
+                "population_iterations": self.forecast.budget,
                 "cores": self.forecast.cores,
                 "wall_s": self.forecast.wall_s,
                 "train_calls": self.forecast.results,
@@ -456,15 +458,16 @@ def forecast_population(
     drawn = first_draws(resolved, config)
     if drawn:
         costs = replace(costs, drawn=drawn_costs(drawn, config, rate))
-    iterations = iterations_of(exp.stop, float(config.train_batch_size_per_learner))
+    batch = float(config.train_batch_size_per_learner)
     return forecast(
         costs,
         trials=trials,
         at_once=at_once,
         cores=cluster.cores,
-        iterations=iterations,
+        iterations=iterations_of(exp.stop, batch),
         exploits=exploits_of(exp.scheduler),
         nodes=len(cluster.nodes),
+        budget=budget_of(exp.stop, batch),
     )
 
 

@@ -158,7 +158,7 @@ class Forecast:
     trials: int
     at_once: int
     cores: float
-    iterations: int  # per trial
+    iterations: int  # per trial (under a budget alone, the budget's share of a trial)
     iterations_given: bool  # False: no stop rule in iterations; a nominal count
     results: float  # train() calls in all (PBT's clones skip some)
     wall_s: float
@@ -166,6 +166,7 @@ class Forecast:
     before: float  # the part of it before the trials' first train()
     bound: str  # what sets the pace of the (first) wave
     costs: TrialCosts
+    budget: int | None = None  # train() calls of the whole population (population_env_steps)
 
     @property
     def iterations_per_s(self) -> float:
@@ -272,6 +273,14 @@ def iterations_of(stop: StopSection, batch: float) -> int | None:
     return min(counts) if counts else None
 
 
+def budget_of(stop: StopSection, batch: float) -> int | None:
+    """The train() calls of the whole population the stop rule allows (None: no budget):
+    ``population_env_steps`` counts each result's own sampled steps, one batch a call."""
+    if stop.population_env_steps is None or batch <= 0:
+        return None
+    return math.ceil(stop.population_env_steps / batch)
+
+
 def exploits_of(section: Any) -> Exploits | None:
     """PBT's or PB2's decision rule from an experiment's scheduler section, for the
     simulated runs (None: no exploits)."""
@@ -296,11 +305,18 @@ def forecast(
     iterations: int | None,
     exploits: Exploits | None = None,
     nodes: int = 1,
+    budget: int | None = None,
 ) -> Forecast:
     """The population's wall time, train() calls and share outside train(): the mean of
     simulated runs (``workbench.plan.simulate``) over orders of the trials' draws, on what
-    Ray's own processes on the ``nodes`` leave of the ``cores``."""
-    count = iterations or _DEFAULT_ITERATIONS
+    Ray's own processes on the ``nodes`` leave of the ``cores``, each trial running
+    ``iterations`` or the population ``budget`` train() calls in all, whichever ends first."""
+    if iterations is not None:
+        count = iterations
+    elif budget is not None:
+        count = max(1, math.ceil(budget / max(trials, 1)))
+    else:
+        count = _DEFAULT_ITERATIONS
     slots = min(at_once, trials)
     left = max(cores - nodes * costs.ray_cores_per_node, cores / 2)
     sim_costs = Costs(
@@ -324,10 +340,11 @@ def forecast(
                 order,
                 at_once=at_once,
                 cores=left,
-                iterations=count,
+                iterations=count if budget is None or iterations is not None else None,
                 exploits=exploits,
                 seed=seed,
                 clone_share=costs.clone_share,
+                budget=budget,
             )
         )
     wall = statistics.fmean(r.wall_s for r in runs)
@@ -345,13 +362,14 @@ def forecast(
         at_once=at_once,
         cores=cores,
         iterations=count,
-        iterations_given=iterations is not None,
+        iterations_given=iterations is not None or budget is not None,
         results=statistics.fmean(r.results for r in runs),
         wall_s=wall,
         outside=max(0.0, 1.0 - train / (slots * wall)) if wall else 0.0,
         before=statistics.fmean(r.before_s for r in runs) / (slots * wall) if wall else 0.0,
         bound=bound,
         costs=costs,
+        budget=budget,
     )
 
 
@@ -369,18 +387,24 @@ def forecast_lines(result: Forecast) -> list[str]:
     per = "" if result.iterations_given else f" (no stop in iterations: {result.iterations} shown)"
     cheap, dear = c.iterations[len(c.iterations) // 10], c.iterations[-len(c.iterations) // 10]
     nominal = result.trials * result.iterations
-    skipped = (
-        f" (PBT's exploits skip ~{100 * (1 - result.results / nominal):.0f}% of the "
-        f"{nominal} iterations: ~{result.results:.0f} train() calls)"
-        if result.results < 0.995 * nominal
-        else ""
-    )
+    if result.budget is not None and result.budget <= nominal:
+        # The budget counts each result once, clone or not: the exploits skip none of it.
+        shape = f"{result.trials} trials sharing {result.budget} iterations (the env-step budget)"
+        skipped = ""
+    else:
+        shape = f"{result.trials} trials x {result.iterations} iterations{per}"
+        skipped = (
+            f" (PBT's exploits skip ~{100 * (1 - result.results / nominal):.0f}% of the "
+            f"{nominal} iterations: ~{result.results:.0f} train() calls)"
+            if result.results < 0.995 * nominal
+            else ""
+        )
     return [
         f"Population forecast ({c.source} for train(); the rest measured here, docs/resources.md):",
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
         + _drawn_note(c, result.trials),
-        f"  {result.trials} trials x {result.iterations} iterations{per}, {result.at_once} at "
+        f"  {shape}, {result.at_once} at "
         f"once on {result.cores:g} cores: ~{result.iterations_per_s:.3g} iterations/s, "
         f"~{_minutes(result.wall_s)}{skipped}; ~{100 * result.outside:.0f}% of the trials' "
         f"time outside train(), ~{100 * result.before:.0f}% before their first; the pace is "

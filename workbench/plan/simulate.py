@@ -9,7 +9,9 @@ importing torch and RLlib and building its part of the algorithm); then it loops
 ``train()``, its result queues for the driver, which handles one result at a time on one
 core of the same cores, then the trial's own work outside ``train()`` for that result, and
 the next ``train()``. A trial that has its iterations ends and frees its slot for the next
-pending trial.
+pending trial. Under a budget for the whole population (``stop.population_env_steps``, here
+in ``train()`` calls), the run ends when the driver has handled the result that spends it:
+every trial stops at once, and the ``train()`` calls then in flight yield no result.
 
 Under PBT or PB2, a trial decides every ``interval`` of its own iterations (the rules of
 ``workbench.tune_ext.pbt``): if it ranks in the lower quantile, it restarts from the
@@ -159,14 +161,19 @@ def simulate(
     *,
     at_once: int,
     cores: float,
-    iterations: int,
+    iterations: int | None,
     exploits: Exploits | None,
     seed: int = 0,
     clone_share: float = 1.0,
+    budget: int | None = None,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
-    cost in the order given; under a tested rule, ``clone_share`` of the decisions that
+    cost in the order given, until each has ``iterations`` or the population has had
+    ``budget`` train() calls; under a tested rule, ``clone_share`` of the decisions that
     find a donor clone."""
+    if iterations is None and budget is None:
+        raise ValueError("a run needs iterations per trial or a budget for the population")
+    limit = math.inf if iterations is None else iterations
     share = clone_share if exploits is not None and exploits.tested else 1.0
     rng = random.Random(seed)
     trials = [_Trial(cost) for cost in draws]
@@ -223,6 +230,7 @@ def simulate(
         t.cost = donor.cost
         score(i, donor.decided)
 
+    handled = 0
     for _ in range(min(at_once, len(trials))):
         launch()
     while cpu.busy():
@@ -236,12 +244,15 @@ def simulate(
             t.train_s += cpu.now - since
             to_driver(i)
         elif kind == "handled":
+            handled += 1
+            if budget is not None and handled >= budget:
+                break
             driver.popleft()
             if driver:
                 cpu.add_first(costs.driver_s, ("handled", driver[0], cpu.now))
             if exploits is not None:
                 decide(i)
-            if t.done >= iterations:
+            if t.done >= limit:
                 if pending:
                     launch()
             elif costs.rest_s > 0:
