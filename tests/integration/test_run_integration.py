@@ -45,9 +45,13 @@ def test_pbt_exploits_use_the_new_hyperparameters_from_the_first_update(
     rows = result_rows(resolved.results_dir)
     after_exploit = [(t, i) for t, r in rows.items() for i in _exploits(r, list(bounds))]
     assert after_exploit, "PBT never exploited: the test checks nothing"
+    # A result carries the values it was trained with, not RLlib's whole config (which
+    # is the trial's params.json).
+    reported = {*resolved.tune_keys.values(), "seed"}
     for trial, trial_rows in rows.items():
         for row in trial_rows:
             config, learners = row["config"], row["learners"]
+            assert set(config) == reported, (trial, sorted(config))
             # Inside the first gradient step of every iteration, exploits included.
             assert learners["probe_first_lr"] == pytest.approx(config["lr"], rel=1e-6), (
                 trial,

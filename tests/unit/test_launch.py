@@ -41,6 +41,22 @@ def test_seeded_trainable_sets_the_trial_seed_before_the_algorithm_sees_the_conf
     assert cls(config={"seed": 5}).config == {"seed": 5}
 
 
+class _FullConfig(_Recorder):
+    """RLlib's way: the whole config in every result's auto-filled keys."""
+
+    def get_auto_filled_metrics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"training_iteration": 1, "config": dict(self.config)}
+
+
+def test_a_result_carries_the_searched_values_and_the_seed_not_the_whole_config() -> None:
+    full = {"seed": 3, "lr": 0.1, "lambda": 0.9, "num_epochs": 4, "model_config": {"a": 1}}
+    cut = seeded_trainable(_FullConfig, reported=("lr", "lambda", "not_in_config"))
+    filled = cut(config=full).get_auto_filled_metrics()
+    assert filled == {"training_iteration": 1, "config": {"seed": 3, "lr": 0.1, "lambda": 0.9}}
+    # Unless asked (plain use), the config is RLlib's, whole.
+    assert seeded_trainable(_FullConfig)(config=full).get_auto_filled_metrics()["config"] == full
+
+
 def test_trial_names_are_the_algorithm_and_the_index() -> None:
     trial = SimpleNamespace(trainable_name="PPO", trial_id="e6513_00003")
     assert trial_name(trial) == "PPO_00003"

@@ -249,7 +249,9 @@ def _session(
     if tracker is not None:
         tracker.stopper = run_config.stop
     return _Session(
-        trainable=seeded_trainable(config.algo_class, score_settings(exp)),
+        trainable=seeded_trainable(
+            config.algo_class, score_settings(exp), reported=resolved.tune_keys.values()
+        ),
         param_space=param_space(resolved.tune_space, config),
         tune_config=tune_config,
         run_config=run_config,

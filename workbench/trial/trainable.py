@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -144,11 +145,17 @@ def _local_path(checkpoint: Any) -> Path | None:
 
 
 @cache
-def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -> type:  # noqa: B008
+def seeded_trainable(
+    algo_class: type,
+    score: ScoreSettings = ScoreSettings(),  # noqa: B008
+    reported: Collection[str] | None = None,
+) -> type:
     """The algorithm class with a per-trial seed set before RLlib builds anything, a
     ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``), and the
     score of ``score`` with every result (a stop on a return target confirmed by an
-    evaluation in the trial's process)."""
+    evaluation in the trial's process). ``reported``: the config keys each result carries
+    under ``config`` (with ``seed``; None: the whole config, as RLlib reports it)."""
+    kept_keys = None if reported is None else frozenset({*reported, "seed"})
 
     class Seeded(algo_class):  # type: ignore[misc,valid-type]
         # Why the last restore took another checkpoint than Tune asked for: reported
@@ -249,6 +256,18 @@ def seeded_trainable(algo_class: type, score: ScoreSettings = ScoreSettings()) -
             # The window of the checkpoint's trial: its own after a retry or a resume,
             # the donor's after a PBT exploit (empty for checkpoints from before scores).
             self.score_window.restore(Path(checkpoint_dir))
+
+        def get_auto_filled_metrics(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            """Tune's auto-filled keys, with ``config`` cut to the reported keys: RLlib puts
+            its whole config (some 320 keys, 15 KB) in every result, which the driver
+            then unpickles, flattens, logs to result.json and keeps in the experiment
+            snapshot (the last result, and each kept checkpoint's) for every trial. The
+            whole config is the trial's params.json."""
+            filled: dict[str, Any] = super().get_auto_filled_metrics(*args, **kwargs)
+            config = filled.get("config")
+            if kept_keys is not None and isinstance(config, dict):
+                filled["config"] = {k: v for k, v in config.items() if k in kept_keys}
+            return filled
 
         def step(self) -> Any:
             result = super().step()
