@@ -263,13 +263,51 @@ def _proc_fields(path: str) -> dict[str, int]:
 
 
 def machine_counters() -> dict[str, int]:
-    """The VMSTAT counters of /proc/vmstat and /proc/stat's context switches (ctxt)."""
+    """The VMSTAT counters of /proc/vmstat, /proc/stat's context switches (ctxt), and the
+    microseconds some task waited on I/O (io_some_us, io_full_us: /proc/pressure/io)."""
     vmstat = _proc_fields("/proc/vmstat")
     counters = {name: vmstat[name] for name in VMSTAT if name in vmstat}
     ctxt = _proc_fields("/proc/stat").get("ctxt")
     if ctxt is not None:
         counters["ctxt"] = ctxt
+    try:
+        pressure = Path("/proc/pressure/io").read_text().splitlines()
+    except OSError:
+        pressure = []  # a kernel without pressure stall information
+    for line in pressure:
+        kind, *fields = line.split()
+        total = dict(f.split("=", 1) for f in fields).get("total")
+        if total is not None:
+            counters[f"io_{kind}_us"] = int(total)
     return counters
+
+
+def long_waits(
+    trials: dict[str, list[dict[str, Any]]], started_at: float, at_least_s: float = 10.0
+) -> list[tuple[float, float, str, int, int]]:
+    """Each wait between a trial's results of ``at_least_s`` or more, less the second
+    result's own iteration, in the order they ended: (seconds into fit() it ended, the
+    wait, the trial, the iteration before, the iteration after: a PBT clone's jumps). A
+    stall of the whole population shows as many of them ending together."""
+    waits = []
+    for name, rows in trials.items():
+        for before, after in itertools.pairwise(rows):
+            wait = (
+                float(after["timestamp"])
+                - float(before["timestamp"])
+                - float(after["time_this_iter_s"])
+            )
+            if wait >= at_least_s:
+                waits.append(
+                    (
+                        float(after["timestamp"]) - started_at,
+                        wait,
+                        name,
+                        int(before["training_iteration"]),
+                        int(after["training_iteration"]),
+                    )
+                )
+    return sorted(waits)
 
 
 def node_labels() -> dict[str, str]:
@@ -580,6 +618,7 @@ def run_size(
         }
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
+        figures["long_waits"] = long_waits(trials, fit.started_at)
         # Each trial's wait before its first train() began, shortest first: how the starts
         # spread over the population (all alike where they share the cores evenly).
         figures["first_train_at_s"] = sorted(
@@ -764,6 +803,25 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"allocating processes), {machine.get('ctxt', 0) / f['wall_s']:.0f} "
                     f"context switches a second, MemAvailable down to "
                     f"{f['min_available_mb'] / 1024:.1f} GB"
+                    + (
+                        f", some task waiting on I/O {machine['io_some_us'] / 1e6:.0f} s "
+                        f"({100 * machine['io_some_us'] / 1e6 / f['wall_s']:.0f}% of fit())"
+                        if "io_some_us" in machine
+                        else ""
+                    )
+                )
+            waits = f.get("long_waits")
+            if waits:
+                # Where the population stalled: the 10 s waits between results, by the
+                # tenth of fit() they ended in.
+                tenths = [0.0] * 10
+                for ended, wait, *_ in waits:
+                    tenths[min(9, max(0, int(10 * ended / f["wall_s"])))] += wait
+                print(
+                    f"  {len(waits)} waits of 10 s or more between a trial's results, "
+                    f"{sum(w for _, w, *_ in waits):.0f} s in all ("
+                    f"{100 * sum(w for _, w, *_ in waits) / (f['size'] * f['wall_s']):.1f}% "
+                    "of the slot time); by tenth of fit(): " + ", ".join(f"{t:.0f}" for t in tenths)
                 )
         print(
             "\nPlacement: bundles per node as `workbench plan` places the trials at once, and as "

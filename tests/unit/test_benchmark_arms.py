@@ -525,3 +525,20 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert fitted["clone_share"] == 0.5 and fitted["clone_calls_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
+
+
+def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:
+    scale = _benchmark("population_scale")
+
+    def row(at: float, iteration: int, took: float = 1.0) -> dict[str, Any]:
+        return {"timestamp": at, "training_iteration": iteration, "time_this_iter_s": took}
+
+    trials = {
+        "a": [row(101, 1), row(103, 2), row(125, 3, took=2.0)],  # waited 20 s
+        "b": [row(102, 1), row(140, 9)],  # a clone's jump after 37 s
+    }
+    assert scale.long_waits(trials, started_at=100.0) == [
+        (25.0, 20.0, "a", 2, 3),
+        (40.0, 37.0, "b", 1, 9),
+    ]
+    assert scale.long_waits(trials, started_at=100.0, at_least_s=30) == [(40.0, 37.0, "b", 1, 9)]
