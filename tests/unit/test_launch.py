@@ -50,9 +50,13 @@ class _FullConfig(_Recorder):
 
 def test_a_result_carries_the_searched_values_and_the_seed_not_the_whole_config() -> None:
     full = {"seed": 3, "lr": 0.1, "lambda": 0.9, "num_epochs": 4, "model_config": {"a": 1}}
-    cut = seeded_trainable(_FullConfig, reported=("lr", "lambda", "not_in_config"))
+    cut = seeded_trainable(_FullConfig, reported=frozenset({"lr", "lambda", "not_in_config"}))
     filled = cut(config=full).get_auto_filled_metrics()
     assert filled == {"training_iteration": 1, "config": {"seed": 3, "lr": 0.1, "lambda": 0.9}}
+    # One class for the same keys (Tune's trials of one population share it).
+    assert (
+        seeded_trainable(_FullConfig, reported=frozenset({"lambda", "lr", "not_in_config"})) is cut
+    )
     # Unless asked (plain use), the config is RLlib's, whole.
     assert seeded_trainable(_FullConfig)(config=full).get_auto_filled_metrics()["config"] == full
 

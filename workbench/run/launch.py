@@ -250,7 +250,7 @@ def _session(
         tracker.stopper = run_config.stop
     return _Session(
         trainable=seeded_trainable(
-            config.algo_class, score_settings(exp), reported=resolved.tune_keys.values()
+            config.algo_class, score_settings(exp), reported=frozenset(resolved.tune_keys.values())
         ),
         param_space=param_space(resolved.tune_space, config),
         tune_config=tune_config,

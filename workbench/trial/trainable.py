@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Collection
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -148,14 +147,14 @@ def _local_path(checkpoint: Any) -> Path | None:
 def seeded_trainable(
     algo_class: type,
     score: ScoreSettings = ScoreSettings(),  # noqa: B008
-    reported: Collection[str] | None = None,
+    reported: frozenset[str] | None = None,
 ) -> type:
     """The algorithm class with a per-trial seed set before RLlib builds anything, a
     ``reset_config`` so that Tune can reuse its actor (``reuse_actors=True``), and the
     score of ``score`` with every result (a stop on a return target confirmed by an
     evaluation in the trial's process). ``reported``: the config keys each result carries
     under ``config`` (with ``seed``; None: the whole config, as RLlib reports it)."""
-    kept_keys = None if reported is None else frozenset({*reported, "seed"})
+    kept_keys = None if reported is None else reported | {"seed"}
 
     class Seeded(algo_class):  # type: ignore[misc,valid-type]
         # Why the last restore took another checkpoint than Tune asked for: reported
