@@ -82,3 +82,34 @@ def test_a_command_that_fails_with_a_traceback_exits_the_usual_way(tmp_path: Pat
     assert done.stdout.endswith("last line\n")
     assert (tmp_path / "hook_ran").is_file()
     assert (tmp_path / "torn_down").is_file()
+
+
+def test_the_command_waits_for_the_processes_of_the_ray_it_started_to_end() -> None:
+    import threading
+    import time
+
+    from workbench.run.ray_session import await_ray_exit, start_time
+
+    def recorded(seconds: float) -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+        process = subprocess.Popen(["sleep", str(seconds)])
+        return process, {"processes": [[process.pid, start_time(process.pid)]], "raylets": []}
+
+    # A raylet's agent that ends a moment after Ray's shutdown returned: waited for.
+    ending, record = recorded(0.5)
+    started = time.monotonic()
+    assert await_ray_exit(5.0, records=[record]) == []
+    assert 0.3 < time.monotonic() - started < 4.0
+    ending.wait()
+    # One that does not end: the wait gives up at its bound and names it.
+    stuck, record = recorded(30)
+    try:
+        started = time.monotonic()
+        assert await_ray_exit(0.3, records=[record]) == [stuck.pid]
+        assert time.monotonic() - started < 2.0
+        # Ended but not yet reaped by its parent (a zombie): gone.
+        stuck.kill()
+        time.sleep(0.2)
+        assert await_ray_exit(0.3, records=[record]) == []
+    finally:
+        stuck.kill()
+        threading.Thread(target=stuck.wait).start()

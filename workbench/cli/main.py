@@ -120,6 +120,11 @@ def entry() -> None:
 def _end_process(ending: list[int]) -> None:
     if not ending:
         return  # an uncaught exception: Python's own exit, code and all
+    # Ray's shutdown (an atexit hook that ran before this one) has signalled the local Ray
+    # this command started; the command returns once its processes are gone.
+    session = sys.modules.get("workbench.run.ray_session")
+    if session is not None:
+        session.await_ray_exit()
     # logging registered its hook when it was imported, before this one: it would run later.
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

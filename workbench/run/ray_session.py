@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,11 @@ def start_ray(address: str | None, dashboard: bool = False) -> None:
         )
 
 
+# The records of the local Rays this process started (record_ray_session), for the wait
+# at its exit (await_ray_exit).
+_STARTED: list[dict[str, Any]] = []
+
+
 def record_ray_session(results_dir: Path) -> None:
     """Remembers the processes of the local Ray this driver started (pid and start time
     of each), so that a resume after the driver was killed stops exactly those and what
@@ -89,19 +95,46 @@ def record_ray_session(results_dir: Path) -> None:
     for pid in _with_descendants(pids, children):
         if (ticks := start_time(pid)) is not None:
             started.append([pid, ticks])
-    (results_dir / SESSION_FILE).write_text(
-        json.dumps(
-            {
-                "driver_pid": os.getpid(),
-                "driver_start": start_time(os.getpid()),
-                # Read by `workbench diagnose --timeline` to reach the running Ray; never
-                # used to choose what to stop.
-                "session_dir": node.get_session_dir_path(),
-                "processes": started,
-                "raylets": raylets,
-            }
-        )
-    )
+    record = {
+        "driver_pid": os.getpid(),
+        "driver_start": start_time(os.getpid()),
+        # Read by `workbench diagnose --timeline` to reach the running Ray; never used to
+        # choose what to stop.
+        "session_dir": node.get_session_dir_path(),
+        "processes": started,
+        "raylets": raylets,
+    }
+    _STARTED.append(record)
+    (results_dir / SESSION_FILE).write_text(json.dumps(record))
+
+
+def await_ray_exit(
+    timeout_s: float = 5.0, records: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """Waits, up to ``timeout_s``, for the processes of the local Rays this process
+    started to end; the pids still running then. Ray's shutdown signals its processes and
+    returns: the raylet's agents end only when they next find the raylet gone, about a
+    second later, and a command that returned at once left them running."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [
+            pid
+            for record in (records or _STARTED)
+            for pid in leftover_processes(record)
+            if not _exited(pid)
+        ]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the process has ended and only waits for its parent to reap it (a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].split()[0] == "Z"
 
 
 def start_time(pid: int) -> int | None:
