@@ -817,10 +817,11 @@ def report(every: list[dict[str, Any]]) -> None:
                 tenths = [0.0] * 10
                 for ended, wait, *_ in waits:
                     tenths[min(9, max(0, int(10 * ended / f["wall_s"])))] += wait
+                waited = sum(tenths)
                 print(
                     f"  {len(waits)} waits of 10 s or more between a trial's results, "
-                    f"{sum(w for _, w, *_ in waits):.0f} s in all ("
-                    f"{100 * sum(w for _, w, *_ in waits) / (f['size'] * f['wall_s']):.1f}% "
+                    f"{waited:.0f} s in all ("
+                    f"{100 * waited / (f['size'] * f['wall_s']):.1f}% "
                     "of the slot time); by tenth of fit(): " + ", ".join(f"{t:.0f}" for t in tenths)
                 )
         print(

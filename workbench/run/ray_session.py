@@ -128,39 +128,35 @@ def await_ray_exit(
         time.sleep(0.05)
 
 
-def _exited(pid: int) -> bool:
-    """Whether the process has ended and only waits for its parent to reap it (a zombie)."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (which is in parentheses and
+    may hold spaces): the state first (field 3). None: no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return True
-    return stat[stat.rindex(")") + 2 :].split()[0] == "Z"
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _exited(pid: int) -> bool:
+    """Whether the process has ended and only waits for its parent to reap it (a zombie)."""
+    fields = _stat(pid)
+    return fields is None or fields[0] == "Z"
 
 
 def start_time(pid: int) -> int | None:
     """When the process started (clock ticks since boot; /proc/PID/stat field 22): with
     the pid it names one process, never a later one that reuses the pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def _children() -> dict[int, list[int]]:
     """Parent pid -> child pids, of every process this user can see."""
     out: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        out.setdefault(parent, []).append(int(entry.name))
+        if entry.name.isdigit() and (fields := _stat(entry.name)) is not None:
+            out.setdefault(int(fields[1]), []).append(int(entry.name))
     return out
 
 
