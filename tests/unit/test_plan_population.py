@@ -118,12 +118,13 @@ def test_the_driver_takes_a_core_before_the_trials() -> None:
 
 
 def test_a_results_wait_grows_with_the_trial_processes_per_core() -> None:
-    c = costs(result_s=0.1, result_s_per_process=0.05, crowd_exponent=2.0)
-    assert c.per_result_s(8, 2.0) == pytest.approx(0.1 + 0.05 * 4**2)  # 4 a core
-    assert c.per_result_s(8, 8.0) == pytest.approx(0.1 + 0.05)  # 1 a core
-    # Every process of a trial counts: its env runners crowd the cores too.
-    runners = costs(processes=3, result_s=0.1, result_s_per_process=0.05)
-    assert runners.per_result_s(2, 3.0) == pytest.approx(0.1 + 0.05 * 2)
+    wait = Costs(processes=1, start_s=0.0, rest_s=0.1, driver_s=0.0, rest_s_per_process=0.05)
+    assert replace(wait, crowd_exponent=2.0).wait_s(4.0) == pytest.approx(0.1 + 0.05 * 4**2)
+    assert wait.wait_s(1.0) == pytest.approx(0.1 + 0.05)
+    # Every process of a trial counts: a trial of 3 on 3 cores is 1 a core.
+    runners = replace(wait, processes=3)
+    run = simulate(runners, [(3.0, 1.0)], at_once=1, cores=3, iterations=2, exploits=None)
+    assert run.wall_s == pytest.approx(1.0 + (0.1 + 0.05) + 1.0)
 
     def share(trials: int, **wait: float) -> float:
         c = costs(driver_s=0.0, **wait)
@@ -137,10 +138,9 @@ def test_a_results_wait_grows_with_the_trial_processes_per_core() -> None:
 
 
 def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
-    c = costs(train_per_process=0.1)
-    assert c.train_factor(8, 2.0) == pytest.approx(1.4)  # 4 a core
-    assert c.train_factor(1, 4.0) == pytest.approx(1.025)
-    # The same population as one whose train() simply cost 40% more.
+    assert Costs(1, 0.0, 0.0, 0.0, train_per_process=0.1).dearer(4.0) == pytest.approx(1.4)
+    # Alike trials all under way to their last call: the same population as one whose
+    # train() simply cost 40% more (4 a core).
     crowded = forecast(
         costs(result_s=0.0, driver_s=0.0, train_per_process=0.1),
         trials=8,
@@ -153,6 +153,21 @@ def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
     )
     assert crowded.wall_s == pytest.approx(dearer.wall_s)
     assert crowded.wall_s == pytest.approx(8 * (8.0 + 10 * 0.7) / 2)
+
+
+def test_the_crowd_thins_as_members_stop_and_stays_to_the_end_under_a_budget() -> None:
+    # Four trials, a core each, 1 a core while all are under way: a train() 25% dearer.
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0, train_per_process=0.25)
+    draws = [(1.0, 1.0)] * 3 + [(3.0, 3.0)]
+    each = simulate(sim, draws, at_once=4, cores=4, iterations=4, exploits=None)
+    # The cheap three end at 5 s (4 x 1.25); the dear one began its second call at 3.75 s
+    # among four, its last two alone (a quarter a core: 3 x 1.0625 each).
+    assert each.wall_s == pytest.approx(2 * 3.75 + 2 * 3 * 1.0625)
+    # Under a budget no member stops before the end: every call pays the full crowd.
+    pooled = simulate(
+        sim, [(1.0, 1.0)] * 4, at_once=4, cores=4, iterations=None, exploits=None, budget=16
+    )
+    assert pooled.wall_s == pytest.approx(4 * 1.25)
 
 
 def test_rays_own_processes_on_each_node_take_their_share_of_the_cores() -> None:

@@ -6,12 +6,14 @@ The model (docs/resources.md, "The population forecast") simulates the run resul
 (``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
 import torch and RLlib and build their part of the algorithm), then it loops: ``train()``
 (sampling and learning, at the cost its drawn hyperparameters give, dearer by a share that
-grows with the trial processes running per core), the driver handles the result (``driver``
-CPU seconds on one core, taken before the trials': Ray runs its workers at niceness 15),
-and the trial waits before its next ``train()``: ``result`` seconds, and a part that grows
-with the trial processes per core (Tune's loop, the checkpoint's I/O, and Ray's calls, each
-hop of which waits its turn on crowded cores). The trials share what the driver leaves of
-the cores equally, none faster than its own time with a core per process.
+grows with the trial processes per core of the trials then under way), the driver handles
+the result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its
+workers at niceness 15), and the trial waits before its next ``train()``: ``result``
+seconds, and a part that grows with the same crowd (Tune's loop, the checkpoint's I/O, and
+Ray's calls, each hop of which waits its turn on crowded cores). A member that has its
+iterations leaves the crowd: the last members run on emptier cores. The trials share what
+the driver leaves of the cores equally, none faster than its own time with a core per
+process.
 
 The trials differ: each draws its hyperparameters, and ``num_epochs`` or ``minibatch_size``
 can make one ``train()`` ten times another's. The population's ``n`` trials take what
@@ -114,22 +116,6 @@ class TrialCosts:
     # them (the seeded searcher's; None where not drawn): what the trials pay, rather than
     # evenly spaced quantiles of the distribution, which a small population rarely meets.
     drawn: tuple[tuple[float, float], ...] | None = None
-
-    def crowd(self, at_once: int, cores: float) -> float:
-        """Trial processes per core with ``at_once`` trials running on ``cores``."""
-        return self.processes * at_once / max(cores, 1e-9)
-
-    def per_result_s(self, at_once: int, cores: float) -> float:
-        """Outside train() and the driver, a result, with ``at_once`` trials running on
-        ``cores``."""
-        grows = self.result_s_per_process * math.pow(
-            self.crowd(at_once, cores), self.crowd_exponent
-        )
-        return max(0.0, self.result_s + grows)
-
-    def train_factor(self, at_once: int, cores: float) -> float:
-        """How much dearer a train() is with ``at_once`` trials on ``cores`` than alone."""
-        return 1.0 + self.train_per_process * self.crowd(at_once, cores)
 
     @property
     def iteration_cpu_s(self) -> float:
@@ -322,12 +308,13 @@ def forecast(
     sim_costs = Costs(
         processes=costs.processes,
         start_s=costs.start_s,
-        rest_s=costs.per_result_s(slots, left),
+        rest_s=costs.result_s,
         driver_s=costs.driver_s,
+        train_per_process=costs.train_per_process,
+        rest_s_per_process=costs.result_s_per_process,
+        crowd_exponent=costs.crowd_exponent,
     )
-    dearer = costs.train_factor(slots, left)
-    own, in_order = costs.trial_draws(trials)
-    draws = [(cpu * dearer, wall * dearer) for cpu, wall in own]
+    draws, in_order = costs.trial_draws(trials)
     rounds = max(1, min(_ROUNDS, _RESULTS_SIMULATED // max(trials * count, 1)))
     runs = []
     for seed in range(rounds):

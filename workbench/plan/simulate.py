@@ -27,7 +27,11 @@ sparing a member still improving) lets through a share of those decisions only
 
 Each trial draws its ``train()`` cost from the searched hyperparameters; the forecast
 averages runs over several orders of those draws (which trial starts where is Ray's
-choice)."""
+choice). A crowd of trial processes on the cores makes each ``train()`` dearer and each
+wait between results longer; both are set by the processes of the trials under way when
+the call or the wait begins, so a population that stops member by member runs its last
+iterations on emptier cores, and one that stops at once under a budget stays crowded to
+its end."""
 
 from __future__ import annotations
 
@@ -59,6 +63,17 @@ class Costs:
     start_s: float  # own time of a process's start (all of a trial's start at once)
     rest_s: float  # a result's wait outside train() that the cores do not set (I/O, Ray)
     driver_s: float  # the driver's work a result
+    # With c trial processes a core under way: a train() costs (1 + train_per_process * c)
+    # its own, and a result waits rest_s + rest_s_per_process * c ** crowd_exponent.
+    train_per_process: float = 0.0
+    rest_s_per_process: float = 0.0
+    crowd_exponent: float = 1.0
+
+    def dearer(self, crowd: float) -> float:
+        return 1.0 + self.train_per_process * crowd
+
+    def wait_s(self, crowd: float) -> float:
+        return max(0.0, self.rest_s + self.rest_s_per_process * crowd**self.crowd_exponent)
 
 
 @dataclass(frozen=True)
@@ -179,10 +194,17 @@ def simulate(
     trials = [_Trial(cost) for cost in draws]
     pending = deque(range(len(trials)))
     cpu = _Cores(cores)
+    live = 0  # trials under way: launched, not yet at their iterations
     driver: deque[int] = deque()  # the results the driver has, the first in hand
     ranked: list[tuple[int, int]] = []  # (score, trial) of the trials that have decided
 
+    def crowd() -> float:
+        """Trial processes a core, of the trials under way."""
+        return costs.processes * live / max(cores, 1e-9)
+
     def launch() -> None:
+        nonlocal live
+        live += 1
         i = pending.popleft()
         trials[i].slot_at = cpu.now
         cpu.add(costs.start_s, costs.processes, ("train", i, 0.0))
@@ -191,8 +213,8 @@ def simulate(
         t = trials[i]
         if t.first_at is None:
             t.first_at = cpu.now
-        own = t.cost[1]
-        cpu.add(own, t.cost[0] / own if own > 0 else 1.0, ("trained", i, cpu.now))
+        own = t.cost[1] * costs.dearer(crowd())
+        cpu.add(own, t.cost[0] / t.cost[1] if t.cost[1] > 0 else 1.0, ("trained", i, cpu.now))
 
     def to_driver(i: int) -> None:
         driver.append(i)
@@ -253,10 +275,11 @@ def simulate(
             if exploits is not None:
                 decide(i)
             if t.done >= limit:
+                live -= 1
                 if pending:
                     launch()
-            elif costs.rest_s > 0:
-                cpu.wait(costs.rest_s, ("train", i, 0.0))
+            elif (rest := costs.wait_s(crowd())) > 0:
+                cpu.wait(rest, ("train", i, 0.0))
             else:
                 train(i)
     wall = cpu.now
