@@ -73,7 +73,9 @@ class Costs:
         return 1.0 + self.train_per_process * crowd
 
     def wait_s(self, crowd: float) -> float:
-        return max(0.0, self.rest_s + self.rest_s_per_process * crowd**self.crowd_exponent)
+        return max(
+            0.0, self.rest_s + self.rest_s_per_process * math.pow(crowd, self.crowd_exponent)
+        )
 
 
 @dataclass(frozen=True)
