@@ -608,6 +608,7 @@ def run_size(
             "results": forecast.results,
             "outside": forecast.outside,
             "before": forecast.before,
+            "after": forecast.after,
             "wall_s": forecast.wall_s,
             "bound": forecast.bound,
             "cores": forecast.cores,
@@ -888,9 +889,10 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
     print(
         "| trials | rounds | train() calls forecast | measured | results/s forecast | measured "
         "| error | outside train() forecast | measured | error | before the first result "
-        "forecast | measured | error | forecast bound |"
+        "forecast | measured | error | after the last result forecast | measured | error "
+        "| forecast bound |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     within = total = 0
     for size, stop in sorted({(f["size"], f.get("stop", "iterations")) for f in forecasts}):
         runs = [f for f in forecasts if (f["size"], f.get("stop", "iterations")) == (size, stop)]
@@ -898,6 +900,7 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
         rates = [f["results"] / f["wall_s"] for f in runs]
         outside = [f["outside"] for f in runs]
         before = [f.get("outside_before", float("nan")) for f in runs]
+        after = [f.get("outside_after", float("nan")) for f in runs]
         errors = (
             fc["results_per_s"] / statistics.median(rates) - 1,
             fc["outside"] / statistics.median(outside) - 1,
@@ -912,6 +915,8 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
             f"| {100 * errors[1]:+.0f}% "
             f"| {100 * fc.get('before', float('nan')):.1f}% | {_spread(before, 100, 1, '%')} "
             f"| {100 * (fc.get('before', float('nan')) / statistics.median(before) - 1):+.0f}% "
+            f"| {100 * fc.get('after', float('nan')):.1f}% | {_spread(after, 100, 1, '%')} "
+            f"| {100 * (fc.get('after', float('nan')) / statistics.median(after) - 1):+.0f}% "
             f"| {fc['bound']} |"
         )
     first = forecasts[0]["forecast"]

@@ -370,6 +370,7 @@ def _scale_row(size: int, round_: int, rate: float, outside: float) -> dict[str,
         "results": 100.0,
         "outside": 0.5,
         "before": 0.3,
+        "after": 0.1,
         "bound": "the cores",
         "cores": 2.0,
         "iteration_cpu_s": 0.5,
@@ -382,6 +383,7 @@ def _scale_row(size: int, round_: int, rate: float, outside: float) -> dict[str,
         "wall_s": wall,
         "outside": outside,
         "outside_before": 0.3,
+        "outside_after": 0.08,
         "forecast": forecast,
     }
 
@@ -406,6 +408,8 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     four = [cell.strip() for cell in lines["4"].split("|")[1:-1]]
     assert four[1] == "3" and four[5] == "1.80 [1.00-2.00]" and four[6] == "+11%"
     assert four[8] == "50.0% [40.0-60.0]" and four[9] == "+0%"
+    # The part after each trial's last result: forecast 10%, measured 8%.
+    assert four[13:16] == ["10.0%", "8.0% [8.0-8.0]", "+25%"]
     # Size 8: two rounds; rates 1.0 and 1.2 -> median 1.1, the forecast 2.0 is +82%.
     eight = [cell.strip() for cell in lines["8"].split("|")[1:-1]]
     assert eight[1] == "2" and eight[5] == "1.10 [1.00-1.20]" and eight[6] == "+82%"

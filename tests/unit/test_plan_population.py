@@ -206,6 +206,48 @@ def test_trials_that_draw_dearer_iterations_finish_last_and_the_others_wait_for_
     assert b.wall_s > a.wall_s and b.outside > a.outside
 
 
+def test_the_slot_time_after_a_trials_last_result_is_its_wait_for_the_slowest() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    # Cores to spare: the 10-s trial's slot waits 10 s for the 20-s one.
+    spare = simulate(
+        sim, [(10.0, 10.0), (20.0, 20.0)], at_once=2, cores=2, iterations=1, exploits=None
+    )
+    assert spare.wall_s == pytest.approx(20.0) and spare.after_s == pytest.approx(10.0)
+    # One core: they share it until the first ends at 20 s; the second ends alone at 30 s.
+    shared = simulate(
+        sim, [(10.0, 10.0), (20.0, 20.0)], at_once=2, cores=1, iterations=1, exploits=None
+    )
+    assert shared.after_s == pytest.approx(10.0)
+    # A slot that passes to the next trial has no wait: the third trial takes the first's
+    # slot at 10 s and ends with the second at 20 s.
+    waves = simulate(
+        sim,
+        [(10.0, 10.0), (20.0, 20.0), (10.0, 10.0)],
+        at_once=2,
+        cores=2,
+        iterations=1,
+        exploits=None,
+    )
+    assert waves.wall_s == pytest.approx(20.0) and waves.after_s == pytest.approx(0.0)
+    # Under a budget every trial ends at once: only the call in flight is left over.
+    pooled = simulate(
+        sim,
+        [(10.0, 10.0), (20.0, 20.0)],
+        at_once=2,
+        cores=2,
+        iterations=None,
+        exploits=None,
+        budget=3,
+    )
+    assert pooled.results == 3 and pooled.wall_s == pytest.approx(20.0)
+    assert pooled.after_s == pytest.approx(0.0)
+    # The forecast's shares: before the first result, after the last, within the whole.
+    spread = forecast(
+        costs(0.5, iterations=((0.1, 0.1), (0.9, 0.9))), trials=2, at_once=2, cores=4, iterations=40
+    )
+    assert 0 < spread.before < spread.outside and 0.3 < spread.after < spread.outside
+
+
 def test_pbt_clones_skip_iterations_and_the_population_drifts_to_the_fast_trials() -> None:
     sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
     fast, slow = (0.1, 0.1), (1.0, 1.0)
@@ -382,6 +424,61 @@ def test_the_plan_forecasts_a_population_under_an_env_step_budget(tmp_path: Path
     data = json.loads(out)["forecast"]
     assert code == 0 and data["population_iterations"] is not None
     assert data["train_calls"] == pytest.approx(data["population_iterations"], rel=0.02)
+
+
+def test_the_plan_prices_a_budget_for_the_population_where_trials_have_cores_of_their_own(
+    tmp_path: Path,
+) -> None:
+    spread = {"num_epochs": {"choice": [1, 30]}, "lr": {"loguniform": [1e-4, 1e-3]}}
+    exp = resolved(
+        tmp_path,
+        HALF_CPU,
+        population=8,
+        stop={"iterations": 40},
+        search_space={"params": spread},
+        scheduler={"type": "pbt", "perturbation_interval": 4},
+    )
+    own = make_plan(exp, cluster("cpus=2,nodes=8"))  # 16 cores for 8 one-process trials
+    each = own.forecast
+    assert each is not None and each.pooled is not None and each.after > 0.1
+    pooled = each.pooled
+    batch = float(own.config.train_batch_size_per_learner)
+    # The same train() calls (PBT's skipped iterations sample nothing), as env steps.
+    assert each.pooled_env_steps == math.ceil(each.results) * batch
+    assert pooled.results == pytest.approx(math.ceil(each.results), abs=1)
+    # The members that draw the dear epochs no longer hold the others' slots idle.
+    assert pooled.wall_s < each.wall_s and pooled.after < each.after / 4
+    lines = forecast_lines(each)
+    assert lines[-1].startswith(
+        f"  as a budget for the whole population instead (stop: population_env_steps: "
+        f"{each.pooled_env_steps}, the same env steps): "
+    )
+    assert "more iterations a second" in lines[-1]
+    # Not on cores the trials share: there the first to finish hand theirs to the others.
+    nodes = [
+        {
+            "Alive": True,
+            "NodeManagerAddress": "127.0.0.1",
+            "NodeID": f"{i}",
+            "Resources": {"CPU": 2},
+        }
+        for i in range(4)
+    ]
+    loopback = cluster_from_ray_nodes(nodes, "four nodes on this machine")
+    shared = make_plan(exp, loopback).forecast
+    assert shared is not None and shared.pooled is None
+    assert "as a budget" not in "\n".join(forecast_lines(shared))
+    # Nor where the stop is already a budget, or is not in iterations.
+    for stop in ({"population_env_steps": 64_000}, {"wall_time_s": 60}):
+        other = make_plan(
+            resolved(tmp_path, HALF_CPU, population=8, stop=stop), cluster("cpus=2,nodes=8")
+        )
+        assert other.forecast is not None and other.forecast.pooled is None
+    path = experiment(tmp_path, HALF_CPU, population=8, stop={"iterations": 40})
+    code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=8", "--json")
+    data = json.loads(out)["forecast"]
+    assert code == 0 and 0 <= data["after_last_result"] < data["outside_train"]
+    assert data["pooled"]["population_env_steps"] > 0 and data["pooled"]["wall_s"] > 0
 
 
 def test_plan_prints_the_forecast_and_puts_it_in_its_json(tmp_path: Path) -> None:

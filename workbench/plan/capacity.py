@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import logging
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +25,7 @@ from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_checks import grid_points
-from workbench.plan.population import (
-    Forecast,
-    budget_of,
-    drawn_costs,
-    exploits_of,
-    forecast,
-    forecast_lines,
-    iterations_of,
-    trial_costs,
-)
+from workbench.plan.population import Forecast, forecast_lines, forecast_population
 from workbench.plan.resources import (
     Cluster,
     MemoryFit,
@@ -54,7 +45,6 @@ from workbench.plan.throughput import (
     small_model_on_gpu,
 )
 from workbench.trial.config import build_config, with_resources_of
-from workbench.trial.draws import draw_trials, random_search
 
 # Counting how many trials a cluster holds stops here (the plan says "or more").
 _CAPACITY_CAP = 1000
@@ -241,6 +231,15 @@ class Plan:
                 "iterations_per_s": self.forecast.iterations_per_s,
                 "outside_train": self.forecast.outside,
                 "before_first_result": self.forecast.before,
+                "after_last_result": self.forecast.after,
+                "pooled": None
+                if self.forecast.pooled is None
+                else {
+                    "population_env_steps": self.forecast.pooled_env_steps,
+                    "wall_s": self.forecast.pooled.wall_s,
+                    "iterations_per_s": self.forecast.pooled.iterations_per_s,
+                    "outside_train": self.forecast.pooled.outside,
+                },
                 "bound": self.forecast.bound,
                 "iteration_cpu_s": self.forecast.costs.iteration_cpu_s,
                 "source": self.forecast.costs.source,
@@ -399,7 +398,14 @@ def make_plan(
     population_forecast = None
     if throughput is not None and fit.concurrent:
         population_forecast = forecast_population(
-            resolved, config, throughput, request, cluster, trials, fit.concurrent
+            resolved,
+            config,
+            throughput,
+            processes=len(request.bundles),
+            cores=cluster.cores,
+            nodes=len(cluster.nodes),
+            trials=trials,
+            at_once=fit.concurrent,
         )
     return Plan(
         file=where,
@@ -424,50 +430,6 @@ def make_plan(
         placements=fit.placements,
         resolved=resolved,
         config=config,
-    )
-
-
-def first_draws(
-    resolved: ResolvedExperiment, config: AlgorithmConfig
-) -> list[dict[str, Any]] | None:
-    """Each trial's searched values as the run will draw them (its seeded searcher over
-    the same space, as `workbench run --dry-run` draws them), in the run's order; None
-    for Optuna, whose later draws follow the results."""
-    if resolved.experiment.search.type == "optuna":
-        return None
-    return [
-        values for _, values in draw_trials(resolved, config, random_search(resolved.experiment))
-    ]
-
-
-def forecast_population(
-    resolved: ResolvedExperiment,
-    config: AlgorithmConfig,
-    rate: Throughput,
-    request: TrialRequest,
-    cluster: Cluster,
-    trials: int,
-    at_once: int,
-) -> Forecast | None:
-    """The population's pace on this cluster's cores (None where train()'s cost is unknown),
-    each trial priced at its own first draw where the plan can draw it (``first_draws``)."""
-    exp = resolved.experiment
-    costs = trial_costs(resolved.search_space, config, rate, processes=len(request.bundles))
-    if costs is None:
-        return None
-    drawn = first_draws(resolved, config)
-    if drawn:
-        costs = replace(costs, drawn=drawn_costs(drawn, config, rate))
-    batch = float(config.train_batch_size_per_learner)
-    return forecast(
-        costs,
-        trials=trials,
-        at_once=at_once,
-        cores=cluster.cores,
-        iterations=iterations_of(exp.stop, batch),
-        exploits=exploits_of(exp.scheduler),
-        nodes=len(cluster.nodes),
-        budget=budget_of(exp.stop, batch),
     )
 
 

@@ -39,10 +39,12 @@ import zlib
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import StopSection
 from workbench.experiment.search_space import SearchSpace
 from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
+from workbench.trial.draws import draw_trials, random_search
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,9 +152,14 @@ class Forecast:
     wall_s: float
     outside: float  # share of the trials' slot time outside train()
     before: float  # the part of it before the trials' first train()
+    after: float  # the part after their last result: the first to finish waiting for the last
     bound: str  # what sets the pace of the (first) wave
     costs: TrialCosts
     budget: int | None = None  # train() calls of the whole population (population_env_steps)
+    # Under a stop in iterations per trial: the same population with those train() calls as
+    # a budget for the whole population instead, and that budget in env steps.
+    pooled: Forecast | None = None
+    pooled_env_steps: int | None = None
 
     @property
     def iterations_per_s(self) -> float:
@@ -354,10 +361,74 @@ def forecast(
         wall_s=wall,
         outside=max(0.0, 1.0 - train / (slots * wall)) if wall else 0.0,
         before=statistics.fmean(r.before_s for r in runs) / (slots * wall) if wall else 0.0,
+        after=statistics.fmean(r.after_s for r in runs) / (slots * wall) if wall else 0.0,
         bound=bound,
         costs=costs,
         budget=budget,
     )
+
+
+def first_draws(resolved: ResolvedExperiment, config: Any) -> list[dict[str, Any]] | None:
+    """Each trial's searched values as the run will draw them (its seeded searcher over
+    the same space, as `workbench run --dry-run` draws them), in the run's order; None
+    for Optuna, whose later draws follow the results."""
+    if resolved.experiment.search.type == "optuna":
+        return None
+    return [
+        values for _, values in draw_trials(resolved, config, random_search(resolved.experiment))
+    ]
+
+
+def forecast_population(
+    resolved: ResolvedExperiment,
+    config: Any,
+    rate: Throughput,
+    *,
+    processes: int,
+    cores: float,
+    nodes: int,
+    trials: int,
+    at_once: int,
+) -> Forecast | None:
+    """The population's pace on a cluster's ``cores`` (None where train()'s cost is
+    unknown), each trial priced at its own first draw where the plan can draw it
+    (``first_draws``); under a stop in iterations per trial, with the same train() calls
+    as a budget for the whole population beside it (``Forecast.pooled``)."""
+    exp = resolved.experiment
+    costs = trial_costs(resolved.search_space, config, rate, processes=processes)
+    if costs is None:
+        return None
+    drawn = first_draws(resolved, config)
+    if drawn:
+        costs = replace(costs, drawn=drawn_costs(drawn, config, rate))
+    batch = float(config.train_batch_size_per_learner)
+    iterations = iterations_of(exp.stop, batch)
+    budget = budget_of(exp.stop, batch)
+    exploits = exploits_of(exp.scheduler)
+    common: dict[str, Any] = {
+        "trials": trials,
+        "at_once": at_once,
+        "cores": cores,
+        "nodes": nodes,
+        "exploits": exploits,
+    }
+    each = forecast(costs, iterations=iterations, budget=budget, **common)
+    if (
+        iterations is None
+        or budget is not None
+        or not 2 <= trials <= at_once
+        or exp.scheduler.type == "asha"
+        or cores < at_once * processes
+    ):
+        return each
+    # Where every trial process has a core of its own, the slots of the members that
+    # finish first stand idle until the slowest is done; a budget of the same train()
+    # calls (PBT's skipped iterations sample nothing) lets them go on instead, and ends
+    # every member at once. On shared cores the first to finish hand their cores to the
+    # others, and the model does not tell the two apart reliably (docs/resources.md).
+    calls = math.ceil(each.results)
+    pooled = forecast(costs, iterations=None, budget=calls, **common)
+    return replace(each, pooled=pooled, pooled_env_steps=int(calls * batch))
 
 
 def _drawn_note(costs: TrialCosts, trials: int) -> str:
@@ -394,8 +465,30 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"  {shape}, {result.at_once} at "
         f"once on {result.cores:g} cores: ~{result.iterations_per_s:.3g} iterations/s, "
         f"~{_minutes(result.wall_s)}{skipped}; ~{100 * result.outside:.0f}% of the trials' "
-        f"time outside train(), ~{100 * result.before:.0f}% before their first; the pace is "
+        f"time outside train(): ~{100 * result.before:.0f}% before their first, "
+        f"~{100 * result.after:.0f}% after their last (waiting for the slowest); the pace is "
         f"set by {result.bound}",
+        *_pooled_lines(result),
+    ]
+
+
+def _pooled_lines(result: Forecast) -> list[str]:
+    """The same population under a budget for the whole population, beside the stop in
+    iterations per trial (docs/resources.md: faster where the slots the first finishers
+    leave would stand idle, not where they hand their cores to the trials still going)."""
+    pooled = result.pooled
+    if pooled is None or result.iterations_per_s <= 0:
+        return []
+    change = pooled.iterations_per_s / result.iterations_per_s - 1
+    pace = (
+        "about the same iterations a second"
+        if abs(change) < 0.05
+        else f"~{100 * abs(change):.0f}% {'more' if change > 0 else 'fewer'} iterations a second"
+    )
+    return [
+        f"  as a budget for the whole population instead (stop: population_env_steps: "
+        f"{result.pooled_env_steps}, the same env steps): ~{_minutes(pooled.wall_s)}, {pace}, "
+        f"~{100 * pooled.outside:.0f}% of the trials' time outside train()"
     ]
 
 

@@ -84,6 +84,9 @@ class Outcome:
     results: float  # train() calls
     train_s: float  # the trials' seconds in train()
     before_s: float  # the trials' seconds from their slot's start to their first train()
+    # The trials' seconds from their last result to their slot's end (the run's end, or
+    # the next trial's start on it): those that finish first waiting for the slowest.
+    after_s: float
     driver_busy: float  # the driver's share of the wall
     cores_busy: float  # the cores' share of the wall used
 
@@ -96,8 +99,10 @@ class _Trial:
     decided: int | None = None  # iteration of its last decision (its score)
     calls: int = 0
     train_s: float = 0.0
-    slot_at: float = 0.0  # when its slot was free for it
+    slot_at: float | None = None  # when its slot was free for it (None: never launched)
     first_at: float | None = None  # when its first train() began
+    last_at: float | None = None  # when its last train() that gave a result ended
+    left_at: float | None = None  # when the next trial took its slot (None: the run's end)
 
 
 # What ends when a job does: (what, the trial, when the job began).
@@ -266,6 +271,7 @@ def simulate(
             t.done += 1
             t.calls += 1
             t.train_s += cpu.now - since
+            t.last_at = cpu.now
             to_driver(i)
         elif kind == "handled":
             handled += 1
@@ -279,6 +285,7 @@ def simulate(
             if t.done >= limit:
                 live -= 1
                 if pending:
+                    t.left_at = cpu.now
                     launch()
             elif (rest := costs.wait_s(crowd())) > 0:
                 cpu.wait(rest, ("train", i, 0.0))
@@ -286,11 +293,19 @@ def simulate(
                 train(i)
     wall = cpu.now
     results = sum(t.calls for t in trials)
+    launched = [t for t in trials if t.slot_at is not None]
     return Outcome(
         wall_s=wall,
         results=float(results),
         train_s=sum(t.train_s for t in trials),
-        before_s=sum((t.first_at if t.first_at is not None else wall) - t.slot_at for t in trials),
+        before_s=sum(
+            (t.first_at if t.first_at is not None else wall) - (t.slot_at or 0.0) for t in launched
+        ),
+        after_s=sum(
+            (t.left_at if t.left_at is not None else wall) - t.last_at
+            for t in launched
+            if t.last_at is not None
+        ),
         # The driver runs at full speed: each result holds it driver_s.
         driver_busy=results * costs.driver_s / wall if wall else 0.0,
         cores_busy=cpu.work_s / (cores * wall) if wall else 0.0,
