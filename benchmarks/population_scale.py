@@ -1111,6 +1111,49 @@ def _scheduler() -> Any:
     return TypeAdapter(SchedulerSection).validate_python(section)
 
 
+def forecast_only(args: argparse.Namespace, sizes: list[int], stops: list[str]) -> None:
+    """The forecast of every size and stop, as `workbench plan` makes it against the
+    benchmark's cluster (``--nodes`` nodes on loopback declaring ``--cpus-per-node`` CPUs,
+    which share this machine's cores), from a probe taken now: to set beside runs measured
+    earlier, the probe's cost of a train() being the one input that moves with the machine."""
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.plan.capacity import make_plan
+    from workbench.plan.resources import cluster_from_ray_nodes
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print("command:", command_line())
+    print(f"{now:%Y-%m-%d %H:%M:%S} UTC; load average {os.getloadavg()[0]:.1f} at the start")
+    folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    rate, costs = probe(args, folder)
+    node = {"CPU": args.cpus_per_node, "memory": args.memory_gb_per_node * 2**30 or 2**36}
+    nodes = [
+        {"Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeID": str(i), "Resources": node}
+        for i in range(args.nodes)
+    ]
+    cluster = cluster_from_ray_nodes(nodes, "the benchmark's nodes on this machine")
+    print(
+        f"one train() ~{costs.iteration_cpu_s:.3g} CPU s (the probe, averaged over the search "
+        f"space); {cluster.cores:g} cores shared by the nodes"
+    )
+    print(
+        "| trials | train() calls | results/s | outside train() | before the first result "
+        "| after the last result | bound |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for size, stop in itertools.product(sizes, stops):
+        path = write_experiment(size, args, folder, f"size{size}-{stop}", stop)
+        plan = make_plan(load_and_resolve(path), cluster, throughput=rate)
+        fc = plan.forecast
+        if fc is None:
+            raise SystemExit(f"population of {size}: the plan made no forecast")
+        label = f"{size}" if stop == "iterations" else f"{size} (budget)"
+        print(
+            f"| {label} | {fc.results:.0f} | {fc.iterations_per_s:.2f} | {100 * fc.outside:.1f}% "
+            f"| {100 * fc.before:.1f}% | {100 * fc.after:.1f}% | {fc.bound} |"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="4,8,16,32", help="population sizes, in order")
@@ -1155,6 +1198,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-forecast", action="store_true", help="skip the plan's probe and forecast"
     )
     parser.add_argument(
+        "--forecast-only",
+        action="store_true",
+        help="the plan's probe and its forecast of each size and stop on the same cluster "
+        "(its nodes on this machine), without starting the cluster or any run",
+    )
+    parser.add_argument(
         "--calibrate",
         action="store_true",
         help="also print the constants of workbench/plan/population.py these runs give",
@@ -1177,6 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--stops budget: the drills count the trials at their iterations")
     if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
         calibrate([], args.with_runs)
+        return 0
+    if args.forecast_only:
+        forecast_only(args, sizes, stops)
         return 0
     if args.quick:
         # Trials sampling in their own process: each env runner is one more process to

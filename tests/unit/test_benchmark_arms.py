@@ -5,9 +5,11 @@ tests/benchmarks/test_benchmarks.py)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -420,6 +422,31 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     (budget,) = [line for line in out.splitlines() if line.startswith("| 4 (budget) |")]
     assert [cell.strip() for cell in budget.split("|")[1:-1]][8] == "20.0% [20.0-20.0]"
     assert "| 4 | 3 |" in out
+
+
+def test_population_scale_forecasts_each_size_and_stop_without_running_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scale = _benchmark("population_scale")
+    # The plan's own documented rates stand in for the probe's measurement.
+    monkeypatch.setattr(scale, "probe", lambda *_: (None, SimpleNamespace(iteration_cpu_s=1.5)))
+    monkeypatch.setattr(scale, "LocalCluster", None)  # nothing is started
+    assert scale.main(["--forecast-only", "--sizes", "4,32", "--stops", "iterations,budget"]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        cells[0]: cells
+        for line in out.splitlines()
+        if line.startswith("| 4") or line.startswith("| 32")
+        for cells in [[c.strip() for c in line.split("|")[1:-1]]]
+    }
+    assert set(rows) == {"4", "4 (budget)", "32", "32 (budget)"}
+    # 4 nodes of 2 CPUs on this machine share its cores.
+    assert f"{min(8, os.cpu_count() or 1):g} cores shared by the nodes" in out
+    # The budget's 32 x 40 calls; each trial's own 40, less the iterations PBT skips.
+    assert rows["32 (budget)"][1] == "1280" and int(rows["32"][1]) < 1280
+    # Under the budget no member waits for the slowest.
+    after = {k: float(v[5].rstrip("%")) for k, v in rows.items()}
+    assert after["32 (budget)"] < after["32"]
 
 
 def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_population(
