@@ -12,7 +12,7 @@ import pytest
 from tests.support.experiments import CARTPOLE, small_pbt, write_experiment
 from workbench.names import CHECKPOINT_FALLBACK_TAG
 from workbench.policy.checkpoint import MODULE_DIR
-from workbench.trial.manifest import CheckpointDamaged
+from workbench.trial.manifest import CheckpointDamaged, read_manifest
 
 STATE = MODULE_DIR / "module_state.pkl"
 
@@ -26,6 +26,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(
     local_ray: None, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     from mlflow.tracking import MlflowClient
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
 
     from workbench.experiment.resolve import load_and_resolve
     from workbench.run.launch import run
@@ -83,13 +85,30 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_newest_intact_one(
     history = client.get_metric_history(trial_run.info.run_id, "training_iteration")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == [1, 2, 2, 3]
 
-    # Every checkpoint damaged: the trial's restore fails, naming each one's problem.
-    checkpoints = sorted(trial_dir.glob("checkpoint_*"))
-    for checkpoint in checkpoints:
-        _truncate(checkpoint / STATE)
     config = build_config(resolved.experiment, resolved.defaults)
     trainable = seeded_trainable(config.algo_class)(config=config)
     try:
+        # Tune hands a checkpoint with metrics that are not the ones it was saved at (PBT:
+        # the donor's result in its scheduler state). RLlib takes the iteration from the
+        # checkpoint's state, Tune's own restore the time from the metrics: a clone of
+        # iteration 1's weights with another iteration's clock. The trainable takes both
+        # from the checkpoint's manifest.
+        first = trial_dir / "checkpoint_000000"
+        saved = read_manifest(first)["progress"]  # type: ignore[index]
+        assert saved["training_iteration"] == 1
+        handed = _TrainingResult(
+            checkpoint=Checkpoint(str(first)),
+            metrics={"training_iteration": 2, "time_total_s": 1e6, "done": False},
+        )
+        config.algo_class.restore(trainable, handed)
+        assert (trainable.iteration, trainable._time_total) == (1, 1e6)
+        trainable.restore(handed)
+        assert (trainable.iteration, trainable._time_total) == (1, saved["time_total_s"])
+
+        # Every checkpoint damaged: the trial's restore fails, naming each one's problem.
+        checkpoints = sorted(trial_dir.glob("checkpoint_*"))
+        for checkpoint in checkpoints:
+            _truncate(checkpoint / STATE)
         with pytest.raises(CheckpointDamaged, match="no intact checkpoint to restore") as info:
             trainable.restore(str(checkpoints[-1]))
     finally:

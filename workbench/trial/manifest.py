@@ -141,8 +141,31 @@ def checkpoint_index(path: Path) -> int | None:
 @dataclass(frozen=True)
 class RestoreChoice:
     path: Path  # the checkpoint to restore
-    progress: dict[str, Any] | None  # Tune's metrics of that checkpoint (from its manifest)
+    progress: dict[str, Any] | None  # Tune's counters of that checkpoint (from its manifest)
     note: str | None  # why it is not the one asked for; None when it is
+
+
+def local_checkpoint_folder(checkpoint: Any) -> Path | None:
+    """A checkpoint's folder when it lies on this machine's file system (local storage
+    or a shared mount), else None (cloud storage: Tune downloads it, unchecked)."""
+    if isinstance(checkpoint, str | Path):  # (Tune's Checkpoint is an os.PathLike that refuses)
+        return Path(checkpoint)
+    path = getattr(checkpoint, "path", None)
+    filesystem = getattr(checkpoint, "filesystem", None)
+    if isinstance(path, str) and getattr(filesystem, "type_name", None) == "local":
+        return Path(path)
+    return None
+
+
+def checkpoint_progress(folder: Path) -> dict[str, Any] | None:
+    """Tune's counters (``PROGRESS_KEYS``) the trainable had when it saved the checkpoint
+    in ``folder``, from its manifest; None when it has none, or no readable one."""
+    try:
+        manifest = read_manifest(folder)
+    except (OSError, ValueError):
+        return None
+    progress = (manifest or {}).get("progress")
+    return dict(progress) if isinstance(progress, dict) else None
 
 
 def restore_choice(requested: Path) -> RestoreChoice:
@@ -152,7 +175,7 @@ def restore_choice(requested: Path) -> RestoreChoice:
     index = checkpoint_index(requested)
     asked_problem = problem(requested)
     if asked_problem is None:
-        return RestoreChoice(requested, None, None)
+        return RestoreChoice(requested, checkpoint_progress(requested), None)
     siblings = (
         [p for p in requested.parent.iterdir() if checkpoint_index(p) is not None]
         if index is not None and requested.parent.is_dir()
@@ -169,7 +192,7 @@ def restore_choice(requested: Path) -> RestoreChoice:
     asked = found[-1 if index is None else index][1]
     chosen = choose(asked.index, [c for _, c in found.values()])
     if chosen is asked:
-        return RestoreChoice(requested, None, None)
+        return RestoreChoice(requested, checkpoint_progress(requested), None)
     if chosen is None:
         tried = "; ".join(
             f"{path.name} {candidate.problem}"
@@ -178,8 +201,7 @@ def restore_choice(requested: Path) -> RestoreChoice:
         )
         raise CheckpointDamaged(f"no intact checkpoint to restore in {requested.parent}: {tried}")
     path = found[chosen.index][0]
-    manifest = read_manifest(path) or {}
-    progress = manifest.get("progress") if isinstance(manifest.get("progress"), dict) else None
+    progress = checkpoint_progress(path)
     iteration = (progress or {}).get("training_iteration")
     at = f" (iteration {iteration})" if iteration is not None else ""
     note = (

@@ -40,6 +40,7 @@ from workbench.trial.candidates import kept as kept_candidates
 from workbench.trial.candidates import record as record_candidate
 from workbench.trial.manifest import (
     CheckpointDamaged,
+    local_checkpoint_folder,
     policy_settings,
     problem,
     restore_choice,
@@ -131,18 +132,6 @@ _RESET_KEEPS = (
 )
 
 
-def _local_path(checkpoint: Any) -> Path | None:
-    """A checkpoint's folder when it lies on this machine's file system (local storage
-    or a shared mount), else None (cloud storage: Tune downloads it, unchecked)."""
-    if isinstance(checkpoint, str | Path):  # (Tune's Checkpoint is an os.PathLike that refuses)
-        return Path(checkpoint)
-    path = getattr(checkpoint, "path", None)
-    filesystem = getattr(checkpoint, "filesystem", None)
-    if isinstance(path, str) and getattr(filesystem, "type_name", None) == "local":
-        return Path(path)
-    return None
-
-
 @cache
 def seeded_trainable(
     algo_class: type,
@@ -222,7 +211,7 @@ def seeded_trainable(
             """Tune's save (the checkpoint copied into the trial folder), checked there:
             a copy cut short fails the save, not a later restore."""
             saved = super().save(checkpoint_dir)
-            path = _local_path(getattr(saved, "checkpoint", None))
+            path = local_checkpoint_folder(getattr(saved, "checkpoint", None))
             if path is not None:
                 trouble = problem(path)
                 if trouble is not None:
@@ -232,9 +221,16 @@ def seeded_trainable(
         def restore(self, checkpoint_path: Any) -> None:
             """Tune's restore (a retry, a resume, a PBT exploit) of a whole checkpoint:
             the one asked for, or when it is damaged, the newest intact one of the
-            trial before it. CheckpointDamaged, naming each one's problem, when none is."""
+            trial before it. CheckpointDamaged, naming each one's problem, when none is.
+
+            Tune's counters restart from the ones the checkpoint was saved with (its
+            manifest), as RLlib's iteration does (from the algorithm's state), not from
+            the metrics Tune hands over: PBT hands a donor's checkpoint with the result in
+            its scheduler state (Tune's PopulationBasedTraining._exploit), which need not
+            be the one the checkpoint was saved at, and the clone went on with that
+            result's clock and another iteration's weights."""
             checkpoint = getattr(checkpoint_path, "checkpoint", checkpoint_path)
-            path = _local_path(checkpoint)
+            path = local_checkpoint_folder(checkpoint)
             if path is not None:
                 choice = restore_choice(path)
                 if choice.note is not None:
@@ -248,6 +244,11 @@ def seeded_trainable(
                             ),
                             metrics=dict(choice.progress or {}),
                         )
+                elif isinstance(checkpoint_path, _TrainingResult) and choice.progress:
+                    saved = {k: v for k, v in choice.progress.items() if v is not None}
+                    checkpoint_path = _TrainingResult(
+                        checkpoint=checkpoint, metrics={**checkpoint_path.metrics, **saved}
+                    )
             super().restore(checkpoint_path)
 
         def load_checkpoint(self, checkpoint_dir: str) -> None:

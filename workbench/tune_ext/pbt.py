@@ -40,6 +40,7 @@ from workbench.trial.candidates import (
     CANDIDATE_RETURN_METRIC,
     CANDIDATE_STD_METRIC,
 )
+from workbench.trial.manifest import checkpoint_progress, local_checkpoint_folder
 from workbench.tune_ext.pbt_pauses import KeepExploitedActor, NoIdlePause, NoStopAfterSave
 from workbench.tune_ext.pbt_state import ResumablePBT
 from workbench.tune_ext.scheduler_state import TIME_ATTR, ResumableScheduler, controller_of
@@ -147,10 +148,17 @@ class ExploitRecorder:
 
 def handed_iteration(state: Any, donor: Any) -> int:
     """The iteration of the donor checkpoint PBT hands over (``state.last_checkpoint``):
-    its own result's, from the donor's checkpoint manager, since a paused donor hands over
-    its newest checkpoint, which can be an iteration past the result PBT ranked it on;
-    else that result's."""
-    path = getattr(getattr(state, "last_checkpoint", None), "path", None)
+    the one its trainable saved it at (its manifest, where this machine can read it), the
+    counter the clone restarts from (the trainable's ``restore``); else its own result's,
+    from the donor's checkpoint manager, since a paused donor hands over its newest
+    checkpoint, which can be an iteration past the result PBT ranked it on; else that
+    result's."""
+    checkpoint = getattr(state, "last_checkpoint", None)
+    folder = local_checkpoint_folder(checkpoint)
+    saved_at = (checkpoint_progress(folder) or {}).get(TIME_ATTR) if folder else None
+    if isinstance(saved_at, int):
+        return saved_at
+    path = getattr(checkpoint, "path", None)
     manager = getattr(getattr(donor, "run_metadata", None), "checkpoint_manager", None)
     if path is not None:
         for saved in reversed(getattr(manager, "_checkpoint_results", None) or []):
