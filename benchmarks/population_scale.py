@@ -511,6 +511,29 @@ def planned(resolved: Any, address: str, rate: Any) -> Any:
     return plan
 
 
+def clone_jumps(results_dir: Path) -> dict[str, int]:
+    """The population's clones by where they moved the target (its lineage): ahead to a
+    donor further on, back to one behind it, or to the same iteration; and the iterations
+    they skipped, net (what the plan's model counts as saved calls, where every clone
+    jumps ahead to a trial that has trained further)."""
+    from workbench.analysis.lineage import read_jsonl
+    from workbench.names import LINEAGE_FILE
+
+    lineage = results_dir / LINEAGE_FILE
+    out = {"clones": 0, "ahead": 0, "back": 0, "same": 0, "net_skipped": 0}
+    for record in read_jsonl(lineage) if lineage.exists() else []:
+        at = record.restored_iteration
+        if at is None:
+            at = record.checkpoint_iteration
+        if at is None:
+            continue
+        jump = at - record.target_iteration
+        out["clones"] += 1
+        out["ahead" if jump > 0 else "back" if jump < 0 else "same"] += 1
+        out["net_skipped"] += jump
+    return out
+
+
 def run_size(
     size: int,
     args: argparse.Namespace,
@@ -617,6 +640,7 @@ def run_size(
             # The same of each trial's own first draw, in the run's order (None: unknown).
             "drawn_costs": forecast.costs.drawn,
         }
+    figures["clones"] = clone_jumps(resolved.results_dir)
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))
         figures["long_waits"] = long_waits(trials, fit.started_at)
@@ -794,6 +818,20 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"last result ({100 * len(ends) * end / slot:.1f}% of the slot time); the "
                     f"trials that finished first waited {statistics.median(ends) - end:.0f} s "
                     f"(median) for the slowest ({100 * (sum(ends) - len(ends) * end) / slot:.1f}%)"
+                )
+            clones = f.get("clones")
+            if clones:
+                predicted = f.get("forecast", {}).get("results")
+                print(
+                    f"  clones: {clones['clones']} ({clones['ahead']} to a donor ahead, "
+                    f"{clones['back']} back, {clones['same']} to the same iteration), "
+                    f"{clones['net_skipped']:+d} iterations skipped net"
+                    + (
+                        f"; the model skipped {f['size'] * f['iterations'] - predicted:+.0f} "
+                        "(every clone ahead)"
+                        if predicted is not None and f.get("stop", "iterations") == "iterations"
+                        else ""
+                    )
                 )
             machine = f.get("machine")
             if machine:

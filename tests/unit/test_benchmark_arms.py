@@ -424,6 +424,47 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     assert "| 4 | 3 |" in out
 
 
+def test_population_scale_counts_clones_by_where_they_moved_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from workbench.names import LINEAGE_FILE
+
+    scale = _benchmark("population_scale")
+
+    def record(seq: int, target_at: int, restored: int | None, handed: int | None) -> str:
+        return json.dumps(
+            {
+                "seq": seq,
+                "time": 1.0 + seq,
+                "target": "a",
+                "target_name": "PPO_00000",
+                "source": "b",
+                "source_name": "PPO_00001",
+                "target_iteration": target_at,
+                "source_iteration": handed or 0,
+                "step": target_at,
+                "restored_iteration": restored,
+                "checkpoint_iteration": handed,
+            }
+        )
+
+    # Ahead by 4, back by 2, to the same iteration, and one whose target had not yet
+    # shown where it went on from (its handed checkpoint's iteration then): ahead by 3.
+    lines = [record(0, 4, 8, 8), record(1, 8, 6, 6), record(2, 12, 12, 12), record(3, 16, None, 19)]
+    (tmp_path / LINEAGE_FILE).write_text("\n".join(lines) + "\n")
+    clones = scale.clone_jumps(tmp_path)
+    assert clones == {"clones": 4, "ahead": 2, "back": 1, "same": 1, "net_skipped": 5}
+    assert scale.clone_jumps(tmp_path / "none") == {
+        "clones": 0,
+        "ahead": 0,
+        "back": 0,
+        "same": 0,
+        "net_skipped": 0,
+    }
+
+
 def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
