@@ -632,6 +632,7 @@ def run_size(
             "outside": forecast.outside,
             "before": forecast.before,
             "after": forecast.after,
+            "clones": forecast.clones,
             "wall_s": forecast.wall_s,
             "bound": forecast.bound,
             "cores": forecast.cores,
@@ -827,7 +828,8 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"{clones['back']} back, {clones['same']} to the same iteration), "
                     f"{clones['net_skipped']:+d} iterations skipped net"
                     + (
-                        f"; the model skipped {f['size'] * f['iterations'] - predicted:+.0f} "
+                        f"; the model cloned {f['forecast'].get('clones', float('nan')):.1f} "
+                        f"times and skipped {f['size'] * f['iterations'] - predicted:+.0f} "
                         "(every clone ahead)"
                         if predicted is not None and f.get("stop", "iterations") == "iterations"
                         else ""
@@ -1175,10 +1177,10 @@ def forecast_only(args: argparse.Namespace, sizes: list[int], stops: list[str]) 
         f"space); {cluster.cores:g} cores shared by the nodes"
     )
     print(
-        "| trials | train() calls | results/s | outside train() | before the first result "
-        "| after the last result | bound |"
+        "| trials | train() calls | PBT's clones | results/s | outside train() "
+        "| before the first result | after the last result | bound |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for size, stop in itertools.product(sizes, stops):
         path = write_experiment(size, args, folder, f"size{size}-{stop}", stop)
         plan = make_plan(load_and_resolve(path), cluster, throughput=rate)
@@ -1187,7 +1189,8 @@ def forecast_only(args: argparse.Namespace, sizes: list[int], stops: list[str]) 
             raise SystemExit(f"population of {size}: the plan made no forecast")
         label = f"{size}" if stop == "iterations" else f"{size} (budget)"
         print(
-            f"| {label} | {fc.results:.0f} | {fc.iterations_per_s:.2f} | {100 * fc.outside:.1f}% "
+            f"| {label} | {fc.results:.0f} | {fc.clones:.1f} | {fc.iterations_per_s:.2f} "
+            f"| {100 * fc.outside:.1f}% "
             f"| {100 * fc.before:.1f}% | {100 * fc.after:.1f}% | {fc.bound} |"
         )
 

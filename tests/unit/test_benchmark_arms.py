@@ -486,8 +486,10 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     # The budget's 32 x 40 calls; each trial's own 40, less the iterations PBT skips.
     assert rows["32 (budget)"][1] == "1280" and int(rows["32"][1]) < 1280
     # Under the budget no member waits for the slowest.
-    after = {k: float(v[5].rstrip("%")) for k, v in rows.items()}
+    after = {k: float(v[6].rstrip("%")) for k, v in rows.items()}
     assert after["32 (budget)"] < after["32"]
+    # The model's clones, beside the calls they skip.
+    assert float(rows["32"][2]) > 0
 
 
 def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_population(

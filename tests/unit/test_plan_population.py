@@ -260,9 +260,11 @@ def test_pbt_clones_skip_iterations_and_the_population_drifts_to_the_fast_trials
     # Each slow trial, last at its decisions, restarts from the fast one's checkpoint
     # and takes its hyperparameters: fewer train() calls, and cheaper ones.
     assert run.results < 160 and run.wall_s < alone.wall_s / 2
+    # Each clone skips iterations: every one is to a trial ahead.
+    assert alone.clones == 0 and 0 < run.clones <= 160 - run.results
     # Trials in step tie at every decision: a tie is no evidence, nobody is cloned.
     alike = simulate(sim, [slow] * 4, at_once=4, cores=4, iterations=40, exploits=pbt)
-    assert alike.results == 160
+    assert alike.results == 160 and alike.clones == 0
     # The plan reads the rule from the experiment's scheduler section.
     assert exploits_of(SimpleNamespace(type="asha")) is None
     section = SimpleNamespace(

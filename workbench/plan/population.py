@@ -160,6 +160,7 @@ class Forecast:
     # a budget for the whole population instead, and that budget in env steps.
     pooled: Forecast | None = None
     pooled_env_steps: int | None = None
+    clones: float = 0.0  # PBT's restarts from a donor, all to a trial ahead (the model's)
 
     @property
     def iterations_per_s(self) -> float:
@@ -365,6 +366,7 @@ def forecast(
         bound=bound,
         costs=costs,
         budget=budget,
+        clones=statistics.fmean(r.clones for r in runs),
     )
 
 

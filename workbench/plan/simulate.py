@@ -89,6 +89,7 @@ class Outcome:
     after_s: float
     driver_busy: float  # the driver's share of the wall
     cores_busy: float  # the cores' share of the wall used
+    clones: int = 0  # PBT's restarts from a donor (every one to a trial ahead)
 
 
 @dataclass
@@ -253,13 +254,15 @@ def simulate(
         ]
         if not donors or (share < 1.0 and rng.random() >= share):
             return
+        nonlocal clones
+        clones += 1
         donor = trials[rng.choice(donors)]
         assert donor.decided is not None
         t.done = t.start = donor.decided
         t.cost = donor.cost
         score(i, donor.decided)
 
-    handled = 0
+    handled = clones = 0
     for _ in range(min(at_once, len(trials))):
         launch()
     while cpu.busy():
@@ -309,4 +312,5 @@ def simulate(
         # The driver runs at full speed: each result holds it driver_s.
         driver_busy=results * costs.driver_s / wall if wall else 0.0,
         cores_busy=cpu.work_s / (cores * wall) if wall else 0.0,
+        clones=clones,
     )
