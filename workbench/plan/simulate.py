@@ -205,6 +205,7 @@ def simulate(
     live = 0  # trials under way: launched, not yet at their iterations
     driver: deque[int] = deque()  # the results the driver has, the first in hand
     ranked: list[tuple[int, int]] = []  # (score, trial) of the trials that have decided
+    clones = 0  # restarts from a donor
 
     def crowd() -> float:
         """Trial processes a core, of the trials under way."""
@@ -262,7 +263,7 @@ def simulate(
         t.cost = donor.cost
         score(i, donor.decided)
 
-    handled = clones = 0
+    handled = 0
     for _ in range(min(at_once, len(trials))):
         launch()
     while cpu.busy():
