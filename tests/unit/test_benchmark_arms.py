@@ -424,9 +424,7 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     assert "| 4 | 3 |" in out
 
 
-def test_population_scale_counts_clones_by_where_they_moved_the_target(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path: Path) -> None:
     import json
 
     from workbench.names import LINEAGE_FILE
