@@ -259,7 +259,10 @@ def test_every_algorithm_runs_with_its_own_search_space(
         json.loads(line)["time_this_iter_s"]
         for line in (trial_dir / "result.json").read_text().splitlines()
     ]
-    assert all(2 <= t < 9 for t in times), times  # the reporting section reached RLlib
+    # The reporting section reached RLlib: every iteration took at least its 2 s floor (SAC's
+    # own is 1 s), and one ended well before IMPALA's own 10 s. Only one: on a busy machine a
+    # single iteration (SAC's first update, say) can run long by itself.
+    assert min(times) >= 2 and min(times) < 9, times
     assert summary.errors == 0
     (trial,) = summary.trials
     assert trial.iteration == 3 and trial.env_steps > 0

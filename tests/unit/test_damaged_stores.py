@@ -260,6 +260,12 @@ while time.monotonic() < end:
 """
 
 
+def _rows_in_growth(db: Path) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        (rows,) = conn.execute("SELECT COUNT(*) FROM growth").fetchone()
+    return int(rows)
+
+
 def test_a_store_growing_under_a_writer_is_not_called_truncated(good_db: Path) -> None:
     # A running population commits to its store while `diagnose` or `runs` reads it. SQLite
     # writes the header's new page count before the file has grown to it, so a header read
@@ -271,11 +277,14 @@ def test_a_store_growing_under_a_writer_is_not_called_truncated(good_db: Path) -
         text=True,
     ) as writer:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
-        for _ in range(2000):
+        # At least 2000 header reads, and on until the store has grown by 50 commits under
+        # them: a busy machine can slow the writer far more than the reader.
+        reads, grown = 0, 0
+        while reads < 2000 or grown < 50:
             assert store_module._sqlite_header_problem(good_db) is None
-        assert writer.poll() is None, "the writer stopped before the reads were done"
+            reads += 1
+            if reads % 200 == 0:
+                assert writer.poll() is None, f"the writer stopped after {grown} commits"
+                grown = _rows_in_growth(good_db)
         writer.terminate()
-    with sqlite3.connect(good_db) as conn:
-        (grown,) = conn.execute("SELECT COUNT(*) FROM growth").fetchone()
-    assert grown > 10  # the store grew while it was read
     store_module._check_sqlite(good_db)  # and the whole check, once the writer is done
