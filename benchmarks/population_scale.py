@@ -514,20 +514,16 @@ def planned(resolved: Any, address: str, rate: Any) -> Any:
 def clone_jumps(results_dir: Path) -> dict[str, int]:
     """The population's clones by where they moved the target (its lineage): ahead to a
     donor further on, back to one behind it, or to the same iteration; and the iterations
-    they skipped, net (what the plan's model counts as saved calls, where every clone
-    jumps ahead to a trial that has trained further)."""
+    they skipped, net (the train() calls they saved)."""
     from workbench.analysis.lineage import read_jsonl
     from workbench.names import LINEAGE_FILE
 
     lineage = results_dir / LINEAGE_FILE
     out = {"clones": 0, "ahead": 0, "back": 0, "same": 0, "net_skipped": 0}
     for record in read_jsonl(lineage) if lineage.exists() else []:
-        at = record.restored_iteration
-        if at is None:
-            at = record.checkpoint_iteration
-        if at is None:
-            continue
-        jump = at - record.target_iteration
+        # From the iteration of the result the exploit was decided on: Tune's
+        # target_iteration is the result before it.
+        jump = record.restored_from - record.stopped_at
         out["clones"] += 1
         out["ahead" if jump > 0 else "back" if jump < 0 else "same"] += 1
         out["net_skipped"] += jump
@@ -633,6 +629,7 @@ def run_size(
             "before": forecast.before,
             "after": forecast.after,
             "clones": forecast.clones,
+            "clones_back": forecast.clones_back,
             "wall_s": forecast.wall_s,
             "bound": forecast.bound,
             "cores": forecast.cores,
@@ -829,8 +826,8 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"{clones['net_skipped']:+d} iterations skipped net"
                     + (
                         f"; the model cloned {f['forecast'].get('clones', float('nan')):.1f} "
-                        f"times and skipped {f['size'] * f['iterations'] - predicted:+.0f} "
-                        "(every clone ahead)"
+                        f"times ({f['forecast'].get('clones_back', 0.0):.1f} back) and skipped "
+                        f"{f['size'] * f['iterations'] - predicted:+.0f}"
                         if predicted is not None and f.get("stop", "iterations") == "iterations"
                         else ""
                     )
@@ -978,11 +975,13 @@ def calibration(
 
     * measured: the driver's CPU a result (its process's over the runs, a result), and the
       share of a core Ray's own processes kept busy on each node (the median over the runs);
-    * fitted first, alone: the share of the decisions with a donor ahead that clone under
-      the experiment's tested rule, the one (of 1, 0.95, ..., 0) whose simulated runs come
-      nearest each size's median count of train() calls (the iterations PBT skipped), the
-      other constants as shipped (``shipped``: others; the count hardly depends on them: it
-      is a figure of the population's scores, not of the machine's speed);
+    * fitted first, alone: the noise of the scores about the trials' progress (0 to 32
+      iterations) and, under the experiment's tested rule, the share of the decisions with
+      a donor that clone (1, 0.95, ..., 0): the pair whose simulated runs come nearest the
+      runs' clones and the iterations those skipped net (over the sizes, the sum of each
+      size's median; the larger relative error of the two as small as it can be), the
+      other constants as shipped (``shipped``: others; the counts hardly depend on them:
+      they are figures of the population's scores, not of the machine's speed);
     * fitted: a process's start, a result's fixed wait outside train(), its wait growing
       with the trial processes per core (a factor and an exponent), and how much dearer a
       train() is a process per core: the five, on a grid refined around its best point
@@ -1030,6 +1029,7 @@ def calibration(
             statistics.median(f["outside"] for f in runs),
             statistics.median(f["outside_before"] for f in runs),
             statistics.median(f["results"] for f in runs),
+            _median_clones(runs),
         )
         for key, runs in groups.items()
     }
@@ -1056,16 +1056,38 @@ def calibration(
             )
             yield fc, figures
 
-    def calls_error(share: float) -> float:
+    def clones_error(point: tuple[float, float]) -> float:
+        """The larger relative error of the clones and of the calls they skipped."""
+        noise, share = point
         constants = replace(
-            shipped or MEASURED, driver_s=driver, ray_cores_per_node=ray, clone_share=share
+            shipped or MEASURED,
+            driver_s=driver,
+            ray_cores_per_node=ray,
+            clone_share=share,
+            score_noise=noise,
         )
-        return float(max(abs(fc.results / figures[3] - 1) for fc, figures in forecasts(constants)))
+        clones = skipped = clones_measured = skipped_measured = 0.0
+        for fc, figures in forecasts(constants):
+            if math.isnan(figures[4]):  # runs from before the benchmark counted clones
+                continue
+            all_calls = fc.trials * fc.iterations
+            clones += fc.clones
+            skipped += all_calls - fc.results
+            clones_measured += figures[4]
+            skipped_measured += all_calls - figures[3]
+        return max(
+            abs(clones / clones_measured - 1) if clones_measured > 0 else clones,
+            abs(skipped / skipped_measured - 1) if skipped_measured > 0 else abs(skipped),
+        )
 
-    clone_share = 1.0
-    if exploits is not None and exploits.tested:
-        # (Shares that fit alike: the largest, what the model did before the share.)
-        clone_share = min((i / 20 for i in range(20, -1, -1)), key=calls_error)
+    score_noise, clone_share = 0.0, 1.0
+    if exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
+        shares = [i / 20 for i in range(20, -1, -1)] if exploits.tested else [1.0]
+        # (Points that fit alike: the least noise, the largest share.)
+        noises = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+        score_noise, clone_share = min(
+            ((noise, share) for noise in noises for share in shares), key=clones_error
+        )
 
     def error(point: tuple[float, ...]) -> float:
         start, rest, crowd, exponent, dearer = point
@@ -1078,9 +1100,10 @@ def calibration(
             driver_s=driver,
             ray_cores_per_node=ray,
             clone_share=clone_share,
+            score_noise=score_noise,
         )
         worst = 0.0
-        for fc, (rate, outside, before, _) in forecasts(constants):
+        for fc, (rate, outside, before, *_) in forecasts(constants):
             worst = max(
                 worst,
                 abs(fc.iterations_per_s / rate - 1),
@@ -1118,9 +1141,16 @@ def calibration(
         "driver_s": driver,
         "ray_cores_per_node": ray,
         "clone_share": clone_share,
-        "clone_calls_error": calls_error(clone_share),
+        "score_noise": score_noise,
+        "clones_error": clones_error((score_noise, clone_share)),
         "largest_error": error(best),
     }
+
+
+def _median_clones(runs: list[dict[str, Any]]) -> float:
+    """The median count of clones of the runs that counted them (nan: none did)."""
+    counts = [f["clones"]["clones"] for f in runs if "clones" in f]
+    return float(statistics.median(counts)) if counts else math.nan
 
 
 def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:

@@ -431,7 +431,7 @@ def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path:
 
     scale = _benchmark("population_scale")
 
-    def record(seq: int, target_at: int, restored: int | None, handed: int | None) -> str:
+    def record(seq: int, decided_at: int, restored: int | None, handed: int) -> str:
         return json.dumps(
             {
                 "seq": seq,
@@ -440,9 +440,11 @@ def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path:
                 "target_name": "PPO_00000",
                 "source": "b",
                 "source_name": "PPO_00001",
-                "target_iteration": target_at,
-                "source_iteration": handed or 0,
-                "step": target_at,
+                # Tune's own field, written before it takes in the deciding result.
+                "target_iteration": decided_at - 1,
+                "source_iteration": handed,
+                "step": decided_at,
+                "exploit_iteration": decided_at,
                 "restored_iteration": restored,
                 "checkpoint_iteration": handed,
             }
@@ -542,6 +544,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         driver_s=0.1,
         ray_cores_per_node=0.05,
         clone_share=0.5,
+        score_noise=2.0,
     )
     exploits = exploits_of(scale._scheduler())
     # The runs of 6 recorded their own first draws (all cheap), which the fit must price
@@ -566,6 +569,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
                     "nodes": 4,
                     "iterations": 12,
                     "results": fc.results,
+                    "clones": {"clones": fc.clones},
                     "wall_s": fc.wall_s * scale_by,
                     "outside": fc.outside * scale_by,
                     "outside_before": fc.before * scale_by,
@@ -592,9 +596,11 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
     assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
     assert fitted["train_per_process"] == 0.05
-    # The clone share, fitted first to the train() calls with the shipped constants
-    # (here the truth's): the count is the population's, hardly the machine's.
-    assert fitted["clone_share"] == 0.5 and fitted["clone_calls_error"] < 1e-9
+    # The scores' noise and the clone share, fitted first to the clones and the calls they
+    # skipped with the shipped constants (here the truth's): the population's counts,
+    # hardly the machine's.
+    assert (fitted["score_noise"], fitted["clone_share"]) == (2.0, 0.5)
+    assert fitted["clones_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
 

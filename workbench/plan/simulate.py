@@ -19,8 +19,11 @@ checkpoint of a trial of the upper quantile that scores strictly better and whos
 decision lies at least an interval past the trial's own last start, taking that
 iteration count and that trial's hyperparameters (so its cost of a ``train()``). The
 model cannot know the scores: it ranks trials by how far they have trained at their last
-decisions, as a population that is learning does. Those clones are the iterations a PBT
-population skips, and how its cost drifts toward the trials that run fastest. A rule that
+decisions, as a population that is learning does, plus a noise of ``score_noise``
+iterations drawn afresh at each decision (the evaluations' noise and the members' unequal
+learning): with it, a trial can rank below one behind it and clone back to it. Those clones
+are the iterations a PBT population skips or repeats, and how its cost drifts toward the
+trials that run fastest. A rule that
 clones only over a clear gain (a significance test on the evaluations, a minimum gain, or
 sparing a member still improving) lets through a share of those decisions only
 (``clone_share``): the gain a trial ahead shows is often within the evaluations' noise.
@@ -89,7 +92,8 @@ class Outcome:
     after_s: float
     driver_busy: float  # the driver's share of the wall
     cores_busy: float  # the cores' share of the wall used
-    clones: int = 0  # PBT's restarts from a donor (every one to a trial ahead)
+    clones: int = 0  # PBT's restarts from a donor
+    clones_back: int = 0  # those to a donor's checkpoint behind the trial's iteration
 
 
 @dataclass
@@ -97,7 +101,8 @@ class _Trial:
     cost: tuple[float, float]  # (CPU s, own s) of one train()
     done: int = 0  # training_iteration
     start: int = 0  # iteration of its last restart from a clone
-    decided: int | None = None  # iteration of its last decision (its score)
+    decided: int | None = None  # iteration of its last decision
+    score: float = 0.0  # its score then: that iteration, plus the noise
     calls: int = 0
     train_s: float = 0.0
     slot_at: float | None = None  # when its slot was free for it (None: never launched)
@@ -189,11 +194,13 @@ def simulate(
     seed: int = 0,
     clone_share: float = 1.0,
     budget: int | None = None,
+    score_noise: float = 0.0,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
     cost in the order given, until each has ``iterations`` or the population has had
     ``budget`` train() calls; under a tested rule, ``clone_share`` of the decisions that
-    find a donor clone."""
+    find a donor clone; each decision's score off the trial's iteration by a normal noise
+    of ``score_noise`` iterations."""
     if iterations is None and budget is None:
         raise ValueError("a run needs iterations per trial or a budget for the population")
     limit = math.inf if iterations is None else iterations
@@ -204,8 +211,8 @@ def simulate(
     cpu = _Cores(cores)
     live = 0  # trials under way: launched, not yet at their iterations
     driver: deque[int] = deque()  # the results the driver has, the first in hand
-    ranked: list[tuple[int, int]] = []  # (score, trial) of the trials that have decided
-    clones = 0  # restarts from a donor
+    ranked: list[tuple[float, int]] = []  # (score, trial) of the trials that have decided
+    clones = back = 0  # restarts from a donor; those behind the trial
 
     def crowd() -> float:
         """Trial processes a core, of the trials under way."""
@@ -230,11 +237,11 @@ def simulate(
         if len(driver) == 1:
             cpu.add_first(costs.driver_s, ("handled", i, cpu.now))
 
-    def score(i: int, value: int) -> None:
-        old = trials[i].decided
-        if old is not None:
-            ranked.remove((old, i))
-        trials[i].decided = value
+    def score(i: int, iteration: int, value: float) -> None:
+        t = trials[i]
+        if t.decided is not None:
+            ranked.remove((t.score, i))
+        t.decided, t.score = iteration, value
         bisect.insort(ranked, (value, i))
 
     def decide(i: int) -> None:
@@ -243,25 +250,28 @@ def simulate(
         last = t.decided if t.decided is not None else t.start
         if t.done - last < exploits.interval or t.done <= exploits.burn_in:
             return
-        score(i, t.done)
+        score(i, t.done, t.done + (rng.gauss(0.0, score_noise) if score_noise > 0 else 0.0))
         n = len(ranked)
         k = math.ceil(n * exploits.quantile)
         if k > n / 2:
             k = n // 2
-        if k == 0 or (t.done, i) not in ranked[:k]:
+        if k == 0 or (t.score, i) not in ranked[:k]:
             return
         donors = [
-            j for value, j in ranked[-k:] if value > t.done and value >= t.start + exploits.interval
+            j
+            for value, j in ranked[-k:]
+            if value > t.score and (trials[j].decided or 0) >= t.start + exploits.interval
         ]
         if not donors or (share < 1.0 and rng.random() >= share):
             return
-        nonlocal clones
+        nonlocal clones, back
         clones += 1
         donor = trials[rng.choice(donors)]
         assert donor.decided is not None
+        back += donor.decided < t.done
         t.done = t.start = donor.decided
         t.cost = donor.cost
-        score(i, donor.decided)
+        score(i, donor.decided, donor.score)
 
     handled = 0
     for _ in range(min(at_once, len(trials))):
@@ -314,4 +324,5 @@ def simulate(
         driver_busy=results * costs.driver_s / wall if wall else 0.0,
         cores_busy=cpu.work_s / (cores * wall) if wall else 0.0,
         clones=clones,
+        clones_back=back,
     )
