@@ -302,6 +302,10 @@ def test_noisy_scores_clone_trials_back_as_well_as_ahead() -> None:
     apart = [(0.1, 0.1), slow, slow, slow, slow, slow, slow, slow]
     exact, blurred = run(apart, 0.0), run(apart, 1.0)
     assert exact.clones_back == 0 and blurred.results < 320 and exact.results < 320
+    # The plan says so when the clones repeat more iterations than they skip.
+    plain = forecast(costs(0.5), trials=8, at_once=8, cores=8, iterations=40)
+    lines = "\n".join(forecast_lines(replace(plain, results=340.0)))
+    assert "PBT's exploits repeat ~6% more than the 320 iterations: ~340 train() calls" in lines
 
 
 def test_a_rule_that_clones_only_over_a_clear_gain_clones_a_share_of_the_decisions() -> None:

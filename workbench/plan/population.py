@@ -21,14 +21,15 @@ their own first draws cost, in the order the run starts them, where the plan dra
 as the run's seeded searcher will; otherwise ``n`` evenly spaced quantiles of the
 iteration's cost over the searched distribution, in several orders. The forecast is the
 mean of those runs. Under PBT or PB2 the simulated trials
-decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained: a trial
-behind restarts from a leader's checkpoint, skipping iterations and taking the leader's
-cost.
+decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained plus a
+noise: a trial behind mostly restarts from a leader's checkpoint, skipping iterations and
+taking the leader's cost, and some restart from one behind them.
 
 The constants were measured or fitted on this machine with ``benchmarks/population_scale.py
 --calibrate`` on populations of 6, 12 and 24 (the sizes it does not report on; docs/
-benchmarks/population-scale.md); the iteration's cost comes from the plan's throughput figures
-(documented rates, or ``--probe``'s measurement)."""
+benchmarks/population-scale.md), the scores' noise and the clone share on development runs
+of 4, 8 and 16; the iteration's cost comes from the plan's throughput figures (documented
+rates, or ``--probe``'s measurement)."""
 
 from __future__ import annotations
 
@@ -462,12 +463,17 @@ def forecast_lines(result: Forecast) -> list[str]:
         skipped = ""
     else:
         shape = f"{result.trials} trials x {result.iterations} iterations{per}"
-        skipped = (
-            f" (PBT's exploits skip ~{100 * (1 - result.results / nominal):.0f}% of the "
-            f"{nominal} iterations: ~{result.results:.0f} train() calls)"
-            if result.results < 0.995 * nominal
-            else ""
-        )
+        skipped = ""
+        if result.results < 0.995 * nominal:
+            skipped = (
+                f" (PBT's exploits skip ~{100 * (1 - result.results / nominal):.0f}% of the "
+                f"{nominal} iterations: ~{result.results:.0f} train() calls)"
+            )
+        elif result.results > 1.005 * nominal:
+            skipped = (
+                f" (PBT's exploits repeat ~{100 * (result.results / nominal - 1):.0f}% more "
+                f"than the {nominal} iterations: ~{result.results:.0f} train() calls)"
+            )
     return [
         f"Population forecast ({c.source} for train(); the rest measured here, docs/resources.md):",
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
