@@ -29,6 +29,12 @@ def _benchmark(name: str) -> Any:
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
+def _scale_part(name: str) -> Any:
+    """A module of benchmarks/population_scale.py (benchmarks/scale_*.py)."""
+    _benchmark("population_scale")  # puts the checkout on the path, as running it does
+    return importlib.import_module(f"benchmarks.{name}")
+
+
 def test_time_to_target_scheduler_arms_share_one_budget(tmp_path: Path) -> None:
     ttt = _benchmark("time_to_target")
     full = {
@@ -393,7 +399,7 @@ def _scale_row(size: int, round_: int, rate: float, outside: float) -> dict[str,
 def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_rounds(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    scale = _benchmark("population_scale")
+    report = _scale_part("scale_report")
     rows = [
         _scale_row(4, 1, 2.0, 0.40),
         _scale_row(8, 1, 1.0, 0.50),
@@ -401,7 +407,7 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
         _scale_row(8, 2, 1.2, 0.50),
         _scale_row(4, 3, 1.8, 0.60),
     ]
-    scale.forecast_table(rows)
+    report.forecast_table(rows)
     out = capsys.readouterr().out
     lines = {line.split("|")[1].strip(): line for line in out.splitlines() if line[:3] == "| 4"}
     lines |= {line.split("|")[1].strip(): line for line in out.splitlines() if line[:3] == "| 8"}
@@ -417,7 +423,7 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     assert eight[1] == "2" and eight[5] == "1.10 [1.00-1.20]" and eight[6] == "+82%"
     assert "within 25% of the measured median: 3 of 4" in out
     # Runs under the population's budget are their own rows, beside those of their size.
-    scale.forecast_table([*rows, {**_scale_row(4, 1, 1.0, 0.2), "stop": "budget"}])
+    report.forecast_table([*rows, {**_scale_row(4, 1, 1.0, 0.2), "stop": "budget"}])
     out = capsys.readouterr().out
     (budget,) = [line for line in out.splitlines() if line.startswith("| 4 (budget) |")]
     assert [cell.strip() for cell in budget.split("|")[1:-1]][8] == "20.0% [20.0-20.0]"
@@ -429,7 +435,7 @@ def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path:
 
     from workbench.names import LINEAGE_FILE
 
-    scale = _benchmark("population_scale")
+    watch = _scale_part("scale_watch")
 
     def record(seq: int, decided_at: int, restored: int | None, handed: int) -> str:
         return json.dumps(
@@ -454,9 +460,9 @@ def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path:
     # shown where it went on from (its handed checkpoint's iteration then): ahead by 3.
     lines = [record(0, 4, 8, 8), record(1, 8, 6, 6), record(2, 12, 12, 12), record(3, 16, None, 19)]
     (tmp_path / LINEAGE_FILE).write_text("\n".join(lines) + "\n")
-    clones = scale.clone_jumps(tmp_path)
+    clones = watch.clone_jumps(tmp_path)
     assert clones == {"clones": 4, "ahead": 2, "back": 1, "same": 1, "net_skipped": 5}
-    assert scale.clone_jumps(tmp_path / "none") == {
+    assert watch.clone_jumps(tmp_path / "none") == {
         "clones": 0,
         "ahead": 0,
         "back": 0,
@@ -495,9 +501,9 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
 def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_population(
     tmp_path: Path,
 ) -> None:
-    scale = _benchmark("population_scale")
-    each = scale.experiment_data(32, 40, 2.0, 4, tmp_path)
-    pooled = scale.experiment_data(32, 40, 2.0, 4, tmp_path, stop="budget")
+    setup = _scale_part("scale_setup")
+    each = setup.experiment_data(32, 40, 2.0, 4, tmp_path)
+    pooled = setup.experiment_data(32, 40, 2.0, 4, tmp_path, stop="budget")
     batch = each["training"]["train_batch_size_per_learner"]
     assert each["stop"] == {"iterations": 40}
     assert pooled["stop"] == {"population_env_steps": 32 * 40 * batch}
@@ -519,7 +525,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         with_constants,
     )
 
-    scale = _benchmark("population_scale")
+    calibration = _scale_part("scale_calibration")
     # Draws far apart: the slow trials fall an interval behind and are cloned.
     draws = ((0.1, 0.1), (0.5, 0.5), (1.0, 1.0))
     costs = TrialCosts(
@@ -546,7 +552,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         clone_share=0.5,
         score_noise=2.0,
     )
-    exploits = exploits_of(scale._scheduler())
+    exploits = exploits_of(calibration.experiment_scheduler())
     # The runs of 6 recorded their own first draws (all cheap), which the fit must price
     # them at; the runs of 12 did not (older runs), and take the quantiles.
     own = {6: ((0.1, 0.1),) * 3 + ((0.5, 0.5),) * 3, 12: None}
@@ -591,7 +597,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         for e in (1.0, 2.0)
         for d in (0.0, 0.05)
     ]
-    fitted = scale.calibration(rows, grid=grid, shipped=truth)
+    fitted = calibration.calibration(rows, grid=grid, shipped=truth)
     assert fitted["largest_error"] < 0.01
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
     assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
@@ -606,7 +612,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
 
 
 def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:
-    scale = _benchmark("population_scale")
+    watch = _scale_part("scale_watch")
 
     def row(at: float, iteration: int, took: float = 1.0) -> dict[str, Any]:
         return {"timestamp": at, "training_iteration": iteration, "time_this_iter_s": took}
@@ -615,8 +621,8 @@ def test_population_scale_lists_the_long_waits_between_a_trials_results() -> Non
         "a": [row(101, 1), row(103, 2), row(125, 3, took=2.0)],  # waited 20 s
         "b": [row(102, 1), row(140, 9)],  # a clone's jump after 37 s
     }
-    assert scale.long_waits(trials, started_at=100.0) == [
+    assert watch.long_waits(trials, started_at=100.0) == [
         (25.0, 20.0, "a", 2, 3),
         (40.0, 37.0, "b", 1, 9),
     ]
-    assert scale.long_waits(trials, started_at=100.0, at_least_s=30) == [(40.0, 37.0, "b", 1, 9)]
+    assert watch.long_waits(trials, started_at=100.0, at_least_s=30) == [(40.0, 37.0, "b", 1, 9)]

@@ -1,0 +1,152 @@
+"""The population that ``benchmarks/population_scale.py`` runs: the main experiment at a
+size, the plan's probe and plan of it, and the CPU a trial process takes to start."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import EXPERIMENT, ROOT
+
+
+def experiment_data(
+    size: int,
+    iterations: int,
+    node_cpus: float,
+    nodes: int,
+    folder: Path,
+    runners: int = 0,
+    stop: str = "iterations",
+) -> dict[str, Any]:
+    """The main experiment at this size, each of a trial's processes (its main one and each
+    env runner) at a share of a node such that the whole population is placed at once:
+    ceil(processes / nodes) a node. With env runners, a node's share need not be whole
+    trials, so that some trials' placement groups span nodes. ``stop``: ``iterations``
+    each trial, or (``budget``) the same env steps as a budget for the whole population
+    (``stop.population_env_steps``), which ends every trial at once."""
+    data = yaml.safe_load(EXPERIMENT.read_text())
+    batch = int(data["training"]["train_batch_size_per_learner"])
+    rule = (
+        {"iterations": iterations}
+        if stop == "iterations"
+        else {"population_env_steps": size * iterations * batch}
+    )
+    # Rounded down to Ray's resolution (1e-4 CPU), or k shares would not fit in one node.
+    per_process = math.floor(1e4 * node_cpus / math.ceil(size * (runners + 1) / nodes)) / 1e4
+    data.update(
+        name=f"scale{size}",
+        population=size,
+        storage=str(folder),
+        stop=rule,
+        failure={"max_failures": 3},
+        evaluation={**(data.get("evaluation") or {}), "at_end": "none"},
+    )
+    data["resources"].update(cpus_main=per_process, cpus_per_learner=per_process)
+    if runners:
+        data["resources"]["env_runners"].update(count=runners, cpus_each=per_process)
+    data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
+    return data
+
+
+def write_experiment(
+    size: int, args: argparse.Namespace, folder: Path, name: str = "", stop: str = "iterations"
+) -> Path:
+    where = folder / (name or f"size{size}")
+    where.mkdir(parents=True)
+    path = where / "scale.yaml"
+    data = experiment_data(
+        size, args.iterations, args.cpus_per_node, args.nodes, where, args.env_runners, stop
+    )
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
+    """The plan's --probe of the experiment (one trial's sampling and learner, measured
+    here), and the trial's costs the forecast makes of it: the probe whose train() cost is
+    the median of three."""
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.plan.population import trial_costs
+    from workbench.plan.throughput import probe_throughput
+    from workbench.trial.config import build_config
+
+    resolved = load_and_resolve(write_experiment(4, args, folder, "probe"))
+    config = build_config(resolved.experiment, resolved.defaults)
+    probes = []
+    for _ in range(1 if args.quick else 3):  # a probe is a few seconds: the median of three
+        try:
+            seconds = 0.5 if args.quick else 2.0
+            rate = probe_throughput(resolved.experiment, resolved.search_space, config, seconds)
+        finally:
+            import ray
+
+            ray.shutdown()  # in case building the algorithm started a local Ray
+        costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
+        probes.append((costs.iteration_cpu_s if costs else 0.0, rate, costs))
+    _, rate, costs = sorted(probes, key=lambda p: p[0])[len(probes) // 2]
+    return rate, costs
+
+
+_START = """
+import resource, sys
+from workbench.experiment.resolve import load_and_resolve
+from workbench.trial.config import build_config
+resolved = load_and_resolve(sys.argv[1])
+config = build_config(resolved.experiment, resolved.defaults).env_runners(num_env_runners=0)
+from workbench.trial import eager_torch
+eager_torch.install()  # as a trial process does before it builds its algorithm
+algo = config.build_algo()
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime)
+algo.stop()
+"""
+
+
+def start_cpu_s(args: argparse.Namespace, folder: Path) -> float:
+    """CPU seconds of a fresh process that imports the workbench, torch and RLlib and builds
+    the experiment's algorithm (what each trial process does before its first train()),
+    the median of three."""
+    path = write_experiment(4, args, folder, "start")
+    runs = []
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", _START, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "RAY_ADDRESS": ""},
+        )
+        runs.append(float(out.stdout.split()[-1]))
+    return statistics.median(runs)
+
+
+def planned(resolved: Any, address: str, rate: Any) -> Any:
+    """`workbench plan` of this population on the live cluster (its forecast, where
+    ``rate`` holds the probe's figures; refusing, as `workbench run` would, a population
+    the cluster cannot hold)."""
+    from workbench.plan.capacity import make_plan
+    from workbench.plan.resources import live_cluster
+
+    plan = make_plan(resolved, live_cluster(address), throughput=rate)
+    if not plan.fits:
+        raise SystemExit("\n".join(str(p) for p in plan.problems))
+    return plan
+
+
+def experiment_scheduler() -> Any:
+    """The experiment's scheduler section, as the schema reads it."""
+    from pydantic import TypeAdapter
+
+    from workbench.experiment.schema import SchedulerSection
+
+    section = yaml.safe_load(EXPERIMENT.read_text())["scheduler"]
+    return TypeAdapter(SchedulerSection).validate_python(section)
