@@ -182,7 +182,8 @@ def run_size(
     figures["placement"]["same_counts"] = sorted(
         figures["placement"]["planned"].values()
     ) == sorted(figures["placement"]["ray"].values())
-    forecast = plan.forecast
+    # --no-forecast: no probe, so no forecast (the plan's own estimate is not the probe's).
+    forecast = plan.forecast if rate is not None else None
     if forecast is not None:
         figures["forecast"] = {
             "results_per_s": forecast.iterations_per_s,
