@@ -9,17 +9,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import read_trials
 from benchmarks.scale_setup import planned, write_experiment
+from benchmarks.scale_watch import Watch
 from deploy.local_cluster import LocalCluster
 
 
-class NodeLoss:
+class NodeLoss(Watch):
     """Kills the raylet of the cluster's last node once every trial of the population has
     ``after`` results (the drill of issue 29: a node lost while its trials train)."""
 
@@ -27,16 +27,7 @@ class NodeLoss:
         self.cluster, self.results_dir, self.size, self.after = cluster, results_dir, size, after
         self.node = cluster.nodes[-1]
         self.killed_at: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> NodeLoss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().__init__(self._watch)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.5):

@@ -11,8 +11,9 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from deploy.local_cluster import LocalCluster, processes
 
@@ -32,7 +33,24 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
-class TrialMemory:
+class Watch:
+    """A thread that runs ``target`` while a ``with`` block runs: ``target`` waits on
+    ``self._stop`` between its looks, which is set when the block ends."""
+
+    def __init__(self, target: Callable[[], None]) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=target, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class TrialMemory(Watch):
     """Peak RSS of every live trial process, sampled in a thread until stopped; which raylet
     (node) each one belongs to, by parent process; and the CPU the cluster's processes used
     meanwhile, the trial processes apart from Ray's own (raylets, GCS, agents, idle
@@ -51,20 +69,17 @@ class TrialMemory:
         self._cpu_last: dict[int, float] = {}
         self.min_available_mb = math.inf  # the machine's MemAvailable, lowest sample
         self.own_cpu_s = 0.0  # the sampling thread's CPU, which is not the driver's work
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        super().__init__(self._sample)
 
-    def __enter__(self) -> TrialMemory:
+    def __enter__(self) -> Self:
         for pid in self.cluster.alive():
             cpu = _cpu_s(pid)
             if cpu is not None:
                 self._cpu_at_start[pid] = cpu
-        self._thread.start()
-        return self
+        return super().__enter__()
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().__exit__()
         self._sample_cpu()
 
     def cpu_s(self) -> tuple[float, float]:
@@ -121,7 +136,7 @@ class TrialMemory:
         self.own_cpu_s = time.thread_time()
 
 
-class PlacementWatch:
+class PlacementWatch(Watch):
     """Ray's placement groups while the population runs, polled from its state API
     (``ray.util.placement_group_table``): the node of every bundle of every group created,
     at the moment the most groups were (the whole population placed at once). It stops
@@ -135,16 +150,7 @@ class PlacementWatch:
         self.expected = expected
         self.groups: list[list[str]] = []
         self.own_cpu_s = 0.0  # the polling thread's CPU, which is not the driver's work
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> PlacementWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().__init__(self._poll)
 
     def _poll(self) -> None:
         import ray
