@@ -225,7 +225,10 @@ def _exploits(
             name="welch",
             storage_path=str(folder),
             stop={"training_iteration": WELCH_ITERATIONS},
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=3),
+            # Every checkpoint kept, as the workbench keeps them (workbench/tune_ext/
+            # checkpoints.py): with Tune's num_to_keep, a donor this quick deletes the
+            # checkpoint its clone is about to restore.
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=None),
             verbose=0,
         ),
     )
