@@ -80,7 +80,7 @@ from benchmarks.common import (
 from benchmarks.scale_calibration import calibrate
 from benchmarks.scale_drills import NodeLoss, drill_checks, driver_drill
 from benchmarks.scale_report import population_label, report
-from benchmarks.scale_setup import planned, probe, start_cpu_s, write_experiment
+from benchmarks.scale_setup import planned, probe, write_experiment
 from benchmarks.scale_watch import (
     PlacementWatch,
     TrialMemory,
@@ -198,6 +198,8 @@ def run_size(
             "cores": forecast.cores,
             "iteration_cpu_s": forecast.costs.iteration_cpu_s,
             "iteration_costs": forecast.costs.iterations,  # (CPU s, own s) of the draws
+            "start_s": forecast.costs.start_s,  # a trial process's, among the others
+            "start_alone_s": forecast.costs.start_measured_s,  # the probe's fresh process
             # The same of each trial's own first draw, in the run's order (None: unknown).
             "drawn_costs": forecast.costs.drawn,
         }
@@ -402,7 +404,6 @@ def main(argv: list[str] | None = None) -> int:
         left = cluster.stop()
     report(rows)
     if args.calibrate:
-        print(f"\na trial process started alone: {start_cpu_s(args, folder):.3g} CPU s")
         calibrate(rows, args.with_runs)
     if left:
         print(f"processes of the cluster left running: {left}")

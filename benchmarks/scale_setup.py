@@ -1,14 +1,11 @@
 """The population that ``benchmarks/population_scale.py`` runs: the main experiment at a
-size, the plan's probe and plan of it, and the CPU a trial process takes to start."""
+size, the plan's probe (with the CPU a trial process takes to start) and plan of it."""
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import statistics
-import subprocess
-import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +72,7 @@ def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
     the median of three."""
     from workbench.experiment.resolve import load_and_resolve
     from workbench.plan.population import trial_costs
+    from workbench.plan.start_probe import start_cpu_s
     from workbench.plan.throughput import probe_throughput
     from workbench.trial.config import build_config
 
@@ -92,41 +90,11 @@ def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
         costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
         probes.append((costs.iteration_cpu_s if costs else 0.0, rate, costs))
     _, rate, costs = sorted(probes, key=lambda p: p[0])[len(probes) // 2]
+    # A trial process's start, as `workbench plan --probe` measures it (the median of three).
+    start = start_cpu_s(resolved.experiment, resolved.defaults, runs=1 if args.quick else 3)
+    rate = replace(rate, start_cpu_s=start)
+    costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
     return rate, costs
-
-
-_START = """
-import resource, sys
-from workbench.experiment.resolve import load_and_resolve
-from workbench.trial.config import build_config
-resolved = load_and_resolve(sys.argv[1])
-config = build_config(resolved.experiment, resolved.defaults).env_runners(num_env_runners=0)
-from workbench.trial import eager_torch
-eager_torch.install()  # as a trial process does before it builds its algorithm
-algo = config.build_algo()
-usage = resource.getrusage(resource.RUSAGE_SELF)
-print(usage.ru_utime + usage.ru_stime)
-algo.stop()
-"""
-
-
-def start_cpu_s(args: argparse.Namespace, folder: Path) -> float:
-    """CPU seconds of a fresh process that imports the workbench, torch and RLlib and builds
-    the experiment's algorithm (what each trial process does before its first train()),
-    the median of three."""
-    path = write_experiment(4, args, folder, "start")
-    runs = []
-    for _ in range(3):
-        out = subprocess.run(
-            [sys.executable, "-c", _START, str(path)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env={**os.environ, "RAY_ADDRESS": ""},
-        )
-        runs.append(float(out.stdout.split()[-1]))
-    return statistics.median(runs)
 
 
 def planned(resolved: Any, address: str, rate: Any) -> Any:

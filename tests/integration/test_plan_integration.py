@@ -293,4 +293,9 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     assert "ms per minibatch +" in text
     # The learner connectors' cost, once a train() before its epochs, measured apart.
     assert figures["learner_s_per_sample_a_train"] == rate.learner_call_s_per_sample >= 0
+    # A trial process's start, from a fresh process that built this algorithm, prices the
+    # forecast's.
+    assert rate.start_cpu_s is not None and 1.0 < rate.start_cpu_s < 60.0, plan.notes
+    assert figures["start_cpu_s"] == rate.start_cpu_s
+    assert f"from a fresh process's {rate.start_cpu_s:.3g} alone (measured by --probe)" in text
     assert "a train() before its epochs" in text

@@ -22,6 +22,7 @@ from workbench.experiment.schema import SchedulerSection
 from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
+    Constants,
     TrialCosts,
     budget_of,
     drawn_costs,
@@ -30,6 +31,7 @@ from workbench.plan.population import (
     forecast_lines,
     iteration_costs,
     iterations_of,
+    trial_costs,
 )
 from workbench.plan.resources import (
     Bundle,
@@ -372,6 +374,32 @@ def test_the_iteration_cost_is_the_mean_over_the_searched_hyperparameters(
     assert iteration_costs(space, plan.config, replaying) is None
 
 
+def test_a_measured_start_prices_the_trials_start_relative_to_the_constants_own(
+    tmp_path: Path,
+) -> None:
+    plan = make_plan(resolved(tmp_path, HALF_CPU), cluster("cpus=2"))
+    assert plan.config is not None and plan.resolved is not None
+    space = plan.resolved.search_space
+    rate = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=(1e-5, 1e-3))
+    constants = Constants(start_s=6.0, start_alone_s=4.0)
+    documented = trial_costs(space, plan.config, rate, processes=1, constants=constants)
+    assert documented is not None
+    assert documented.start_s == 6.0 and documented.start_measured_s is None
+    # A machine on which a fresh process starts in 8 CPU s alone, twice the constants' 4:
+    # among the others, a trial's start is twice their 6.
+    slow = replace(rate, start_cpu_s=8.0)
+    measured = trial_costs(space, plan.config, slow, processes=1, constants=constants)
+    assert measured is not None
+    assert measured.start_s == pytest.approx(12.0) and measured.start_measured_s == 8.0
+    lines = forecast_lines(forecast(measured, trials=4, at_once=4, cores=2, iterations=10))
+    assert "a trial process's start: ~12 CPU s among the others, from a fresh process's 8 " in (
+        "\n".join(lines)
+    )
+    late = forecast(measured, trials=4, at_once=4, cores=2, iterations=10)
+    early = forecast(documented, trials=4, at_once=4, cores=2, iterations=10)
+    assert late.before > early.before and late.wall_s > early.wall_s
+
+
 def test_a_population_pays_for_its_own_first_draws_not_the_distributions_quantiles() -> None:
     # The searched distribution spans a 20x spread; this population of 4 drew its cheapest.
     spread = tuple((x, x) for x in (0.2, 0.4, 0.8, 1.6, 3.2, 4.0))
@@ -455,7 +483,7 @@ def test_the_plan_forecasts_a_population_under_an_env_step_budget(tmp_path: Path
     assert pooled.budget == 320 and pooled.iterations_given
     assert pooled.results == pytest.approx(320, abs=1)
     assert pooled.outside < each.outside
-    assert "8 trials sharing 320 iterations (the env-step budget)" in forecast_lines(pooled)[2]
+    assert "8 trials sharing 320 iterations (the env-step budget)" in forecast_lines(pooled)[3]
     path = experiment(tmp_path, HALF_CPU, stop={"population_env_steps": 64_000}, population=8)
     code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=4", "--json")
     data = json.loads(out)["forecast"]

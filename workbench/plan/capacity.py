@@ -37,6 +37,7 @@ from workbench.plan.resources import (
     trial_request,
     unfit_reasons,
 )
+from workbench.plan.start_probe import StartProbeError, start_cpu_s
 from workbench.plan.throughput import (
     Throughput,
     _throughput_lines,
@@ -242,6 +243,7 @@ class Plan:
                 },
                 "bound": self.forecast.bound,
                 "iteration_cpu_s": self.forecast.costs.iteration_cpu_s,
+                "start_cpu_s": self.forecast.costs.start_s,
                 "source": self.forecast.costs.source,
             },
             "throughput": None
@@ -256,6 +258,8 @@ class Plan:
                 "learner_s_per_minibatch": rate.learner_costs[1] if rate.learner_costs else None,
                 # A train()'s learner connectors, once before its epochs: s per sample.
                 "learner_s_per_sample_a_train": rate.learner_call_s_per_sample,
+                # A fresh trial process's start alone, CPU s (None: not measured).
+                "start_cpu_s": rate.start_cpu_s,
                 "ratio": list(rate.ratio) if rate.ratio else None,
                 "measured": rate.measured,
                 "detail": rate.detail,
@@ -395,6 +399,12 @@ def make_plan(
         raise
     except Exception as err:  # an estimate must never stop a plan
         notes.append(f"sampling vs learning not estimated: {type(err).__name__}: {err}")
+    if probe and throughput is not None and throughput.start_cpu_s is None:
+        try:
+            start = start_cpu_s(resolved.experiment, resolved.defaults)
+            throughput = dataclasses.replace(throughput, start_cpu_s=start)
+        except StartProbeError as err:  # the forecast keeps the documented start
+            notes.append(f"a trial process's start not measured: {err}")
     population_forecast = None
     if throughput is not None and fit.concurrent:
         population_forecast = forecast_population(

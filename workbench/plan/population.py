@@ -56,9 +56,12 @@ class Constants:
     largest error over their results a second, share outside train() and share before the
     first result was 29%."""
 
-    # A trial process's start, in CPU seconds, placed among the others of its population
-    # (alone, a fresh process took 4.42 CPU s in the same round).
+    # A trial process's start, in CPU seconds, placed among the others of its population,
+    # and a fresh process's start alone in the same round (what the probe measures:
+    # workbench/plan/start_probe.py). Where the probe measured the start, a trial's is
+    # priced ``start_s / start_alone_s`` times that, so that it moves with the machine.
     start_s: float = 5.25
+    start_alone_s: float = 4.42
     # A result's wait outside train() that the cores' speed does not set (Tune's loop, the
     # checkpoint's I/O, Ray's calls): a fixed part, and a part that grows with the trial
     # processes running per core, ``result_s_per_process x crowd ** crowd_exponent`` (each
@@ -108,7 +111,7 @@ class TrialCosts:
     """One trial's costs in CPU seconds (see the module's docstring)."""
 
     processes: int  # main process, env runners, learners: each starts torch and RLlib
-    start_s: float  # per process
+    start_s: float  # per process, among the others
     # One train() over the searched hyperparameters, cheapest first: (CPU s of all the
     # trial's processes, wall s with a core per process).
     iterations: tuple[tuple[float, float], ...]
@@ -121,6 +124,10 @@ class TrialCosts:
     clone_share: float
     source: str  # where the iteration's cost comes from
     score_noise: float = 0.0
+    start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
+    # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
+    # the documented constant, measured on another day).
+    start_measured_s: float | None = None
     # One train() of each of the population's own first draws, in the order the run starts
     # them (the seeded searcher's; None where not drawn): what the trials pay, rather than
     # evenly spaced quantiles of the distribution, which a small population rarely meets.
@@ -252,10 +259,16 @@ def trial_costs(
     iterations = iteration_costs(space, config, rate)
     if iterations is None:
         return None
+    measured = rate.start_cpu_s
+    if measured is not None and constants.start_alone_s > 0:
+        constants = replace(
+            constants, start_s=constants.start_s * measured / constants.start_alone_s
+        )
     return TrialCosts(
         processes=processes,
         iterations=iterations,
         source="measured by --probe" if rate.measured else "documented rates",
+        start_measured_s=measured,
         **asdict(constants),
     )
 
@@ -479,6 +492,12 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
         + _drawn_note(c, result.trials),
+        f"  a trial process's start: ~{c.start_s:.3g} CPU s among the others, "
+        + (
+            f"from a fresh process's {c.start_measured_s:.3g} alone (measured by --probe)"
+            if c.start_measured_s is not None
+            else "as measured on this project's machine (--probe measures it here)"
+        ),
         f"  {shape}, {result.at_once} at "
         f"once on {result.cores:g} cores: ~{result.iterations_per_s:.3g} iterations/s, "
         f"~{_minutes(result.wall_s)}{skipped}; ~{100 * result.outside:.0f}% of the trials' "

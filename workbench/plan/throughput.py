@@ -108,6 +108,9 @@ class Throughput:
     # learner connectors (advantages, value targets) run once a train(), however many
     # epochs follow (0: not measured apart; the documented rates hold it in their epoch).
     learner_call_s_per_sample: float = 0.0
+    # CPU seconds of a fresh trial process's start alone, measured by the probe
+    # (workbench/plan/start_probe.py; None: not measured).
+    start_cpu_s: float | None = None
 
     @property
     def sampling(self) -> float:
