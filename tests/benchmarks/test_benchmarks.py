@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.plan.population import MEASURED
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -282,6 +284,11 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert forecast["cores"] == min(4, os.cpu_count() or 1)
     # Priced at the population's own first draws, one a trial, for the calibration.
     assert len(forecast["drawn_costs"]) == 4 and all(c > 0 for c, _ in forecast["drawn_costs"])
+    # A trial process's start, priced from the probe's fresh process started alone.
+    assert forecast["start_alone_s"] > 0
+    assert forecast["start_s"] == pytest.approx(
+        forecast["start_alone_s"] * MEASURED.start_s / MEASURED.start_alone_s
+    )
     assert "`workbench plan`'s forecast beside the measurement" in result.stdout
     assert "within 25% of the measured median:" in result.stdout
     # The CPU the cluster's processes used over the run: the trials' and Ray's own.

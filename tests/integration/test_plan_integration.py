@@ -24,6 +24,7 @@ from tests.support.experiments import tiny_ppo, write_experiment
 from workbench.errors import ExperimentError
 from workbench.experiment.resolve import load_and_resolve
 from workbench.plan.capacity import make_plan
+from workbench.plan.population import MEASURED
 from workbench.plan.resources import live_cluster
 from workbench.run.launch import run
 from workbench.trial.config import build_config
@@ -299,3 +300,26 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     assert figures["start_cpu_s"] == rate.start_cpu_s
     assert f"from a fresh process's {rate.start_cpu_s:.3g} alone (measured by --probe)" in text
     assert "a train() before its epochs" in text
+
+
+def test_a_start_probe_that_fails_says_why_and_the_plan_keeps_the_documented_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workbench.plan import capacity
+    from workbench.plan.start_probe import StartProbeError, start_cpu_s
+
+    resolved = experiment(tmp_path, {"env_runners": {"count": 0}})
+    # A process that cannot build the algorithm: its own last error line comes back.
+    with pytest.raises(StartProbeError, match=r"the start probe failed: .*Error"):
+        start_cpu_s({"not": "an experiment"}, resolved.defaults)  # type: ignore[arg-type]
+
+    def failing(*_: Any, **__: Any) -> float:
+        raise StartProbeError("the start probe failed: ImportError: no module named sim")
+
+    monkeypatch.setattr(capacity, "start_cpu_s", failing)
+    plan = make_plan(resolved, live_cluster(), probe=True)
+    assert plan.throughput is not None and plan.throughput.start_cpu_s is None
+    assert "a trial process's start not measured: the start probe failed: ImportError" in (
+        "\n".join(plan.notes)
+    )
+    assert plan.forecast is not None and plan.forecast.costs.start_s == MEASURED.start_s

@@ -358,7 +358,8 @@ def add_commands(commands: Commands) -> None:
     plan.add_argument(
         "--probe",
         action="store_true",
-        help="measure sampling and learning rates here for a few seconds (default: estimate)",
+        help="measure sampling, learning and a trial process's start here (about 20 s; "
+        "default: estimate)",
     )
 
     resume = add(

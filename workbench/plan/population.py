@@ -4,7 +4,8 @@ the trials share.
 
 The model (docs/resources.md, "The population forecast") simulates the run result by result
 (``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
-import torch and RLlib and build their part of the algorithm), then it loops: ``train()``
+import torch and RLlib and build their part of the algorithm; with the plan's probe, priced
+from a fresh process's start measured here), then it loops: ``train()``
 (sampling and learning, at the cost its drawn hyperparameters give, dearer by a share that
 grows with the trial processes per core of the trials then under way), the driver handles
 the result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its
