@@ -184,7 +184,7 @@ def calibration(
     start, rest, crowd, exponent, dearer = best
     # The start is fitted in these runs' CPU seconds; the model prices it relative to their
     # probe's fresh process alone (nan: runs from before the probe measured it).
-    alone = [a for f in rows if (a := f["forecast"].get("start_alone_s")) is not None]
+    alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
     return {
         "start_s": start,
         "start_alone_s": statistics.median(alone) if alone else math.nan,

@@ -585,6 +585,8 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
                         "cores": 2.0,
                         "iteration_costs": [list(d) for d in draws],
                         "drawn_costs": own[size] and [list(d) for d in own[size]],
+                        # The probe's fresh process alone (the runs of 12 are older).
+                        "start_alone_s": 6.4 if size == 6 else None,
                     },
                 }
             )
@@ -600,6 +602,8 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     fitted = calibration.calibration(rows, grid=grid, shipped=truth)
     assert fitted["largest_error"] < 0.01
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
+    # The start is fitted in the runs' CPU seconds, beside their measured start alone.
+    assert fitted["start_alone_s"] == 6.4
     assert (fitted["result_s_per_process"], fitted["crowd_exponent"]) == (0.02, 2.0)
     assert fitted["train_per_process"] == 0.05
     # The scores' noise and the clone share, fitted first to the clones and the calls they
