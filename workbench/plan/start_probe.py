@@ -40,7 +40,8 @@ print(usage.ru_utime + usage.ru_stime)
 algo.stop()
 """
 
-# Longer than any start seen on a slow day (about 10 s), short enough not to hang a plan.
+# Far longer than a start on a slow day here (about 15 s of wall time), short enough not to
+# hang a plan.
 _TIMEOUT_S = 180.0
 
 
