@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python benchmarks/population_scale.py                  # 4, 8, 16, 32 on 4 nodes
     .venv/bin/python benchmarks/population_scale.py --sizes 8,32 --iterations 20
     .venv/bin/python benchmarks/population_scale.py --sizes 32 --stops iterations,budget
+    .venv/bin/python benchmarks/population_scale.py --sizes 32 --costs searched,equal
     .venv/bin/python benchmarks/population_scale.py --quick          # a smoke run (the test)
 
 Method. ``deploy/local_cluster.py`` starts ``--nodes`` ``ray start`` nodes on loopback with
@@ -20,7 +21,13 @@ iterations each, no return target, no final evaluation. With ``--stops budget`` 
 env steps are instead the population's budget (``stop.population_env_steps``: size x
 iterations x the batch): the trials that iterate faster go on while the dearer ones train,
 and every trial ends at once, none waiting for the slowest; ``--stops iterations,budget``
-interleaves the two.
+interleaves the two. With ``--costs equal`` the search space's two keys that set a
+``train()``'s learning work (``num_epochs``, ``minibatch_size``) are fixed where a
+``train()`` costs about the space's mean (``scale_setup.EQUAL_COSTS``), the rest searched
+as before: every member's
+``train()`` costs the same, so what is left outside ``train()`` is the population's
+coordination, with no member waiting for a dearer one; ``--costs searched,equal``
+interleaves the two, each with its own probe.
 
 Figures per size: the population's env steps per second over ``fit()``; the share of the
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
@@ -80,7 +87,7 @@ from benchmarks.common import (
 from benchmarks.scale_calibration import calibrate
 from benchmarks.scale_drills import NodeLoss, drill_checks, driver_drill
 from benchmarks.scale_report import population_label, report
-from benchmarks.scale_setup import planned, probe, write_experiment
+from benchmarks.scale_setup import COSTS, planned, probe, write_experiment
 from benchmarks.scale_watch import (
     PlacementWatch,
     TrialMemory,
@@ -100,11 +107,12 @@ def run_size(
     rate: Any,
     round_: int = 1,
     stop: str = "iterations",
+    costs: str = "searched",
 ) -> Any:
     from workbench.experiment.resolve import load_and_resolve
 
     resolved = load_and_resolve(
-        write_experiment(size, args, folder, f"size{size}-{stop}-{round_}", stop)
+        write_experiment(size, args, folder, f"size{size}-{stop}-{costs}-{round_}", stop, costs)
     )
     plan = planned(resolved, cluster.address, rate)
     if plan.concurrent < size:
@@ -146,6 +154,7 @@ def run_size(
         "size": size,
         "round": round_,
         "stop": stop,
+        "costs": costs,
         "nodes": args.nodes,
         "env_runners": args.env_runners,
         "wall_s": fit.seconds,
@@ -232,7 +241,9 @@ def run_size(
     return figures
 
 
-def forecast_only(args: argparse.Namespace, sizes: list[int], stops: list[str]) -> None:
+def forecast_only(
+    args: argparse.Namespace, sizes: list[int], stops: list[str], costs: list[str]
+) -> None:
     """The forecast of every size and stop, as `workbench plan` makes it against the
     benchmark's cluster (``--nodes`` nodes on loopback declaring ``--cpus-per-node`` CPUs,
     which share this machine's cores), from a probe taken now: to set beside runs measured
@@ -246,29 +257,31 @@ def forecast_only(args: argparse.Namespace, sizes: list[int], stops: list[str]) 
     print(f"{now:%Y-%m-%d %H:%M:%S} UTC; load average {os.getloadavg()[0]:.1f} at the start")
     folder = Path(tempfile.mkdtemp(prefix="population_scale-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    rate, costs = probe(args, folder)
+    probes = {c: probe(args, folder, c) for c in costs}
     node = {"CPU": args.cpus_per_node, "memory": args.memory_gb_per_node * 2**30 or 2**36}
     nodes = [
         {"Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeID": str(i), "Resources": node}
         for i in range(args.nodes)
     ]
     cluster = cluster_from_ray_nodes(nodes, "the benchmark's nodes on this machine")
-    print(
-        f"one train() ~{costs.iteration_cpu_s:.3g} CPU s (the probe, averaged over the search "
-        f"space); {cluster.cores:g} cores shared by the nodes"
-    )
+    for c, (_, trial) in probes.items():
+        print(
+            f"one train() ~{trial.iteration_cpu_s:.3g} CPU s (the probe, averaged over the "
+            f"search space{'' if c == 'searched' else ', its costs equal'}); "
+            f"{cluster.cores:g} cores shared by the nodes"
+        )
     print(
         "| trials | train() calls | PBT's clones | results/s | outside train() "
         "| before the first result | after the last result | bound |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for size, stop in itertools.product(sizes, stops):
-        path = write_experiment(size, args, folder, f"size{size}-{stop}", stop)
-        plan = make_plan(load_and_resolve(path), cluster, throughput=rate)
+    for size, stop, c in itertools.product(sizes, stops, costs):
+        path = write_experiment(size, args, folder, f"size{size}-{stop}-{c}", stop, c)
+        plan = make_plan(load_and_resolve(path), cluster, throughput=probes[c][0])
         fc = plan.forecast
         if fc is None:
             raise SystemExit(f"population of {size}: the plan made no forecast")
-        label = f"{size}" if stop == "iterations" else f"{size} (budget)"
+        label = population_label({"size": size, "stop": stop, "costs": c})
         print(
             f"| {label} | {fc.results:.0f} | {fc.clones:.1f} | {fc.iterations_per_s:.2f} "
             f"| {100 * fc.outside:.1f}% "
@@ -285,6 +298,13 @@ def main(argv: list[str] | None = None) -> int:
         default="iterations",
         help="how each run stops, interleaved: iterations (each trial its --iterations), "
         "budget (the same env steps as stop.population_env_steps: every trial ends at once)",
+    )
+    parser.add_argument(
+        "--costs",
+        default="searched",
+        help="the members' train() costs, interleaved: searched (the main experiment's "
+        "search space), equal (num_epochs and minibatch_size fixed where a train() costs "
+        "about the space's mean, the rest searched: no member waits for a dearer one)",
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="runs of every size, the sizes interleaved"
@@ -346,11 +366,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--stops {args.stops!r}: a list of iterations and budget")
     if "budget" in stops and (args.lose_node or args.kill_driver):
         parser.error("--stops budget: the drills count the trials at their iterations")
+    costs = [c for c in args.costs.split(",") if c]
+    if not costs or set(costs) - set(COSTS):
+        parser.error(f"--costs {args.costs!r}: a list of {' and '.join(COSTS)}")
+    if costs != ["searched"] and (args.lose_node or args.kill_driver):
+        parser.error("--costs: the drills run the main experiment's search space")
     if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
         calibrate([], args.with_runs)
         return 0
     if args.forecast_only:
-        forecast_only(args, sizes, stops)
+        forecast_only(args, sizes, stops, costs)
         return 0
     if args.quick:
         # Trials sampling in their own process: each env runner is one more process to
@@ -380,18 +405,18 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     rows: list[dict[str, Any]] = []
     skip_probe = args.no_forecast or args.kill_driver
-    rate, _ = (None, None) if skip_probe else probe(args, folder)
+    rates = {c: None if skip_probe else probe(args, folder, c)[0] for c in costs}
     try:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for round_ in range(1, (1 if args.kill_driver else args.rounds) + 1):
-            # The sizes and stops interleaved, round after round.
-            for size, stop in itertools.product(sizes, stops):
+            # The sizes, stops and costs interleaved, round after round.
+            for size, stop, c in itertools.product(sizes, stops, costs):
                 started = time.monotonic()
                 if args.kill_driver:
                     rows.append(driver_drill(size, args, cluster, folder))
                 else:
-                    rows.append(run_size(size, args, cluster, folder, rate, round_, stop))
+                    rows.append(run_size(size, args, cluster, folder, rates[c], round_, stop, c))
                 print(
                     f"population {population_label(rows[-1])}, round {round_}: done in "
                     f"{time.monotonic() - started:.0f} s",

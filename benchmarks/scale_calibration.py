@@ -209,10 +209,16 @@ def _median_clones(runs: list[dict[str, Any]]) -> float:
 
 def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
     """Prints the constants these runs and the earlier ones (files --json wrote) give: the
-    runs stopped at their iterations (the model's budget runs are checked, not fitted)."""
+    runs stopped at their iterations over the main experiment's search space (the model's
+    budget runs and runs of equal costs are checked, not fitted: the fit prices every run
+    from the first run's probe)."""
 
     def fitted(f: dict[str, Any]) -> bool:
-        return "outside_before" in f and f.get("stop", "iterations") == "iterations"
+        return (
+            "outside_before" in f
+            and f.get("stop", "iterations") == "iterations"
+            and f.get("costs", "searched") == "searched"
+        )
 
     runs = [f for f in rows if fitted(f)]
     for extra in earlier:

@@ -8,8 +8,18 @@ from typing import Any
 
 
 def population_label(f: dict[str, Any]) -> str:
-    """A run's population, and its stop where it is the population's budget."""
-    return f"{f['size']}" + (" (budget)" if f.get("stop") == "budget" else "")
+    """A run's population, its stop where it is the population's budget, and its costs
+    where every member's are equal (``--costs equal``)."""
+    notes = [
+        *(["budget"] if f.get("stop") == "budget" else []),
+        *(["equal costs"] if f.get("costs") == "equal" else []),
+    ]
+    return f"{f['size']}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def variant(f: dict[str, Any]) -> tuple[int, str, str]:
+    """The size, stop and costs of a run: the rounds of one variant share these."""
+    return f["size"], f.get("stop", "iterations"), f.get("costs", "searched")
 
 
 def report(every: list[dict[str, Any]]) -> None:
@@ -191,8 +201,8 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     within = total = 0
-    for size, stop in sorted({(f["size"], f.get("stop", "iterations")) for f in forecasts}):
-        runs = [f for f in forecasts if (f["size"], f.get("stop", "iterations")) == (size, stop)]
+    for key in sorted({variant(f) for f in forecasts}):
+        runs = [f for f in forecasts if variant(f) == key]
         fc = runs[0]["forecast"]
         rates = [f["results"] / f["wall_s"] for f in runs]
         outside = [f["outside"] for f in runs]

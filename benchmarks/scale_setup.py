@@ -13,6 +13,15 @@ import yaml
 
 from benchmarks.common import EXPERIMENT, ROOT
 
+# ``--costs equal``: the search space's two keys that set a train()'s learning work (its
+# minibatch steps: num_epochs x batch / minibatch_size), fixed and out of PBT's reach, the
+# rest of the space searched. Every member's train() then costs the same, and no member
+# waits at the end for a dearer one. The values give a train() about the wide space's mean
+# cost (the probe, 6 December 2026: 1.50 against 1.53-1.59 CPU s; 11 epochs of 256 took
+# 1.06 and of 128 2.03), so that the two runs differ in the spread of their costs alone.
+EQUAL_COSTS = {"num_epochs": 16, "minibatch_size": 256}
+COSTS = ("searched", "equal")
+
 
 def experiment_data(
     size: int,
@@ -22,13 +31,16 @@ def experiment_data(
     folder: Path,
     runners: int = 0,
     stop: str = "iterations",
+    costs: str = "searched",
 ) -> dict[str, Any]:
     """The main experiment at this size, each of a trial's processes (its main one and each
     env runner) at a share of a node such that the whole population is placed at once:
     ceil(processes / nodes) a node. With env runners, a node's share need not be whole
     trials, so that some trials' placement groups span nodes. ``stop``: ``iterations``
     each trial, or (``budget``) the same env steps as a budget for the whole population
-    (``stop.population_env_steps``), which ends every trial at once."""
+    (``stop.population_env_steps``), which ends every trial at once. ``costs``:
+    ``searched`` (the main experiment's search space) or ``equal`` (``EQUAL_COSTS`` fixed,
+    the rest of the space searched, written to ``folder``)."""
     data = yaml.safe_load(EXPERIMENT.read_text())
     batch = int(data["training"]["train_batch_size_per_learner"])
     rule = (
@@ -49,34 +61,56 @@ def experiment_data(
     data["resources"].update(cpus_main=per_process, cpus_per_learner=per_process)
     if runners:
         data["resources"]["env_runners"].update(count=runners, cpus_each=per_process)
-    data["search_space"]["file"] = str(ROOT / "search_spaces" / data["search_space"]["file"])
+    space = ROOT / "search_spaces" / data["search_space"]["file"]
+    if costs == "equal":
+        blocks = yaml.safe_load(space.read_text())
+        for key, value in EQUAL_COSTS.items():
+            del blocks[key]  # a KeyError: the main experiment's space no longer has it
+            data["training"][key] = value
+        space = folder / "equal_costs_space.yaml"
+        space.write_text(yaml.safe_dump(blocks))
+    elif costs != "searched":
+        raise ValueError(f"costs {costs!r}: one of {', '.join(COSTS)}")
+    data["search_space"]["file"] = str(space)
     return data
 
 
 def write_experiment(
-    size: int, args: argparse.Namespace, folder: Path, name: str = "", stop: str = "iterations"
+    size: int,
+    args: argparse.Namespace,
+    folder: Path,
+    name: str = "",
+    stop: str = "iterations",
+    costs: str = "searched",
 ) -> Path:
     where = folder / (name or f"size{size}")
     where.mkdir(parents=True)
     path = where / "scale.yaml"
     data = experiment_data(
-        size, args.iterations, args.cpus_per_node, args.nodes, where, args.env_runners, stop
+        size,
+        args.iterations,
+        args.cpus_per_node,
+        args.nodes,
+        where,
+        args.env_runners,
+        stop,
+        costs,
     )
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
+def probe(args: argparse.Namespace, folder: Path, costs: str = "searched") -> tuple[Any, Any]:
     """The plan's --probe of the experiment (one trial's sampling and learner, measured
     here), and the trial's costs the forecast makes of it: the probe whose train() cost is
-    the median of three."""
+    the median of three. ``costs``: as ``experiment_data``'s."""
     from workbench.experiment.resolve import load_and_resolve
     from workbench.plan.population import trial_costs
     from workbench.plan.start_probe import start_cpu_s
     from workbench.plan.throughput import probe_throughput
     from workbench.trial.config import build_config
 
-    resolved = load_and_resolve(write_experiment(4, args, folder, "probe"))
+    resolved = load_and_resolve(write_experiment(4, args, folder, f"probe-{costs}", costs=costs))
     config = build_config(resolved.experiment, resolved.defaults)
     probes = []
     for _ in range(1 if args.quick else 3):  # a probe is a few seconds: the median of three
@@ -87,14 +121,14 @@ def probe(args: argparse.Namespace, folder: Path) -> tuple[Any, Any]:
             import ray
 
             ray.shutdown()  # in case building the algorithm started a local Ray
-        costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
-        probes.append((costs.iteration_cpu_s if costs else 0.0, rate, costs))
-    _, rate, costs = sorted(probes, key=lambda p: p[0])[len(probes) // 2]
+        trial = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
+        probes.append((trial.iteration_cpu_s if trial else 0.0, rate, trial))
+    _, rate, trial = sorted(probes, key=lambda p: p[0])[len(probes) // 2]
     # A trial process's start, as `workbench plan --probe` measures it (the median of three).
     start = start_cpu_s(resolved.experiment, resolved.defaults, runs=1 if args.quick else 3)
     rate = replace(rate, start_cpu_s=start)
-    costs = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
-    return rate, costs
+    trial = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
+    return rate, trial
 
 
 def planned(resolved: Any, address: str, rate: Any) -> Any:

@@ -496,6 +496,21 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     assert after["32 (budget)"] < after["32"]
     # The model's clones, beside the calls they skip.
     assert float(rows["32"][2]) > 0
+    # Members of equal costs: their own probe, their own rows.
+    probed = []
+
+    def probe(_args: object, _folder: object, costs: str) -> tuple[None, SimpleNamespace]:
+        probed.append(costs)
+        return None, SimpleNamespace(iteration_cpu_s=1.5)
+
+    monkeypatch.setattr(scale, "probe", probe)
+    assert scale.main(["--forecast-only", "--sizes", "32", "--costs", "searched,equal"]) == 0
+    out = capsys.readouterr().out
+    assert probed == ["searched", "equal"]
+    assert "| 32 |" in out and "| 32 (equal costs) |" in out
+    assert "its costs equal" in out
+    with pytest.raises(SystemExit):
+        scale.main(["--forecast-only", "--costs", "cheap"])
 
 
 def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_population(
@@ -514,6 +529,38 @@ def test_population_scale_gives_a_budget_run_the_same_env_steps_for_the_populati
     path.write_text(yaml.safe_dump(pooled))
     stop = load_and_resolve(path, check_results=False).experiment.stop
     assert stop.population_env_steps == 32 * 40 * batch and stop.iterations is None
+
+
+def test_population_scale_with_equal_costs_fixes_the_keys_that_set_a_train_s_work(
+    tmp_path: Path,
+) -> None:
+    setup = _scale_part("scale_setup")
+    report = _scale_part("scale_report")
+    searched = setup.experiment_data(32, 40, 2.0, 4, tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    equal = setup.experiment_data(32, 40, 2.0, 4, tmp_path / "b", costs="equal")
+    # The two keys are fixed in the training section, out of the searched space; the
+    # rest of the space and the experiment are as the main experiment's.
+    assert {k: equal["training"][k] for k in setup.EQUAL_COSTS} == setup.EQUAL_COSTS
+    wide = yaml.safe_load(Path(searched["search_space"]["file"]).read_text())
+    space = yaml.safe_load(Path(equal["search_space"]["file"]).read_text())
+    assert set(setup.EQUAL_COSTS) <= set(wide)
+    assert space == {k: v for k, v in wide.items() if k not in setup.EQUAL_COSTS}
+    apart = ("training", "search_space", "storage")  # (storage: each its own folder)
+    assert {k: v for k, v in equal.items() if k not in apart} == {
+        k: v for k, v in searched.items() if k not in apart
+    }
+    path = tmp_path / "equal.yaml"
+    path.write_text(yaml.safe_dump(equal))
+    resolved = load_and_resolve(path, check_results=False)
+    assert not set(setup.EQUAL_COSTS) & set(resolved.search_space)
+    with pytest.raises(ValueError, match="costs 'cheap': one of searched, equal"):
+        setup.experiment_data(4, 40, 2.0, 4, tmp_path, costs="cheap")
+    # Its runs are their own rows in the tables, named as such.
+    assert report.population_label({"size": 32, "costs": "equal"}) == "32 (equal costs)"
+    label = report.population_label({"size": 32, "stop": "budget", "costs": "equal"})
+    assert label == "32 (budget, equal costs)"
+    assert report.population_label({"size": 32, "stop": "iterations"}) == "32"
 
 
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
