@@ -16,9 +16,10 @@ from benchmarks.common import EXPERIMENT, ROOT
 # ``--costs equal``: the search space's two keys that set a train()'s learning work (its
 # minibatch steps: num_epochs x batch / minibatch_size), fixed and out of PBT's reach, the
 # rest of the space searched. Every member's train() then costs the same, and no member
-# waits at the end for a dearer one. The values give a train() about the wide space's mean
-# cost (the probe, 6 December 2026: 1.50 against 1.53-1.59 CPU s; 11 epochs of 256 took
-# 1.06 and of 128 2.03), so that the two runs differ in the spread of their costs alone.
+# waits at the end for a dearer one. The values keep a train()'s work near what the wide
+# space's cost in a run of 32 (6 December 2026, the trial processes' CPU less their starts:
+# 1.16-1.17 s a result against 1.04-1.31 over two rounds), so that the two runs differ
+# mostly in the spread of their costs.
 EQUAL_COSTS = {"num_epochs": 16, "minibatch_size": 256}
 COSTS = ("searched", "equal")
 
