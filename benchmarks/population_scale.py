@@ -23,11 +23,10 @@ iterations x the batch): the trials that iterate faster go on while the dearer o
 and every trial ends at once, none waiting for the slowest; ``--stops iterations,budget``
 interleaves the two. With ``--costs equal`` the search space's two keys that set a
 ``train()``'s learning work (``num_epochs``, ``minibatch_size``) are fixed where a
-``train()`` costs about the space's mean (``scale_setup.EQUAL_COSTS``), the rest searched
-as before: every member's
-``train()`` costs the same, so what is left outside ``train()`` is the population's
-coordination, with no member waiting for a dearer one; ``--costs searched,equal``
-interleaves the two, each with its own probe.
+``train()`` costs about what the space's do in a run (``scale_setup.EQUAL_COSTS``), the
+rest searched as before: every member's ``train()`` costs the same, so what is left
+outside ``train()`` is the population's coordination, with no member waiting for a dearer
+one; ``--costs searched,equal`` interleaves the two, each with its own probe.
 
 Figures per size: the population's env steps per second over ``fit()``; the share of the
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
@@ -244,7 +243,7 @@ def run_size(
 def forecast_only(
     args: argparse.Namespace, sizes: list[int], stops: list[str], costs: list[str]
 ) -> None:
-    """The forecast of every size and stop, as `workbench plan` makes it against the
+    """The forecast of every size, stop and costs, as `workbench plan` makes it against the
     benchmark's cluster (``--nodes`` nodes on loopback declaring ``--cpus-per-node`` CPUs,
     which share this machine's cores), from a probe taken now: to set beside runs measured
     earlier, the probe's cost of a train() being the one input that moves with the machine."""
@@ -304,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         default="searched",
         help="the members' train() costs, interleaved: searched (the main experiment's "
         "search space), equal (num_epochs and minibatch_size fixed where a train() costs "
-        "about the space's mean, the rest searched: no member waits for a dearer one)",
+        "about what the space's do in a run, the rest searched: no member waits for a "
+        "dearer one)",
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="runs of every size, the sizes interleaved"
