@@ -563,6 +563,32 @@ def test_population_scale_with_equal_costs_fixes_the_keys_that_set_a_train_s_wor
     assert report.population_label({"size": 32, "stop": "iterations"}) == "32"
 
 
+def test_population_scale_calibrates_only_on_the_main_space_stopped_at_iterations(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibration = _scale_part("scale_calibration")
+    fitted: list[list[dict[str, object]]] = []
+
+    def fit(runs: list[dict[str, object]]) -> dict[str, float]:
+        fitted.append(runs)
+        return {"start_s": 5.0}
+
+    monkeypatch.setattr(calibration, "calibration", fit)
+    main = {"size": 32, "outside_before": 0.1}
+    rows = [
+        main,
+        {**main, "stop": "budget"},
+        {**main, "costs": "equal"},
+        {**main, "costs": "searched", "stop": "iterations"},
+        {"size": 32},  # no split: a run without its trials' results
+    ]
+    calibration.calibrate(rows, [])
+    # The fit prices every run from one probe: the equal costs' runs, with their own, and
+    # the budget's are checked against the model, not fitted.
+    assert fitted == [[rows[0], rows[3]]]
+    assert "start_s = 5" in capsys.readouterr().out
+
+
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
     from workbench.plan.population import (
         Constants,
