@@ -210,6 +210,14 @@ def run_size(
             "start_alone_s": forecast.costs.start_measured_s,  # the probe's fresh process
             # The same of each trial's own first draw, in the run's order (None: unknown).
             "drawn_costs": forecast.costs.drawn,
+            # The probe's figures that price a train() at any values (a clone's explored
+            # values in the model: --calibrate's).
+            "probe": {
+                "per_core": rate.per_core,
+                "learner_costs": rate.learner_costs,
+                "learner_call_s_per_sample": rate.learner_call_s_per_sample,
+                "runners": rate.runners,
+            },
         }
     figures["clones"] = clone_jumps(resolved.results_dir)
     if len(trials) == size:

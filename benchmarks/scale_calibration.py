@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scale_setup import experiment_scheduler
+from benchmarks.scale_setup import experiment_data, experiment_scheduler
 
 
 def calibration(
@@ -23,8 +23,9 @@ def calibration(
     """The constants of workbench/plan/population.py from these runs (each population
     placed at once; the train() costs are their probe's, which the runs carry):
 
-    * measured: the driver's CPU a result (its process's over the runs, a result), and the
-      share of a core Ray's own processes kept busy on each node (the median over the runs);
+    * measured: the driver's CPU a result (its process's over the runs, a result), the
+      share of a core Ray's own processes kept busy on each node, and a trial's own CPU for
+      each result outside train() (the medians over the runs: ``result_cpu_s``);
     * fitted first, alone: the noise of the scores about the trials' progress (0 to 32
       iterations) and, under the experiment's tested rule, the share of the decisions with
       a donor that clone (1, 0.95, ..., 0): the pair whose simulated runs come nearest the
@@ -53,7 +54,7 @@ def calibration(
     )
 
     probe = rows[0]["forecast"]
-    costs = TrialCosts(
+    base = TrialCosts(
         processes=1 + int(rows[0].get("env_runners", 0)),
         start_s=0.0,
         iterations=tuple((float(c), float(w)) for c, w in probe["iteration_costs"]),
@@ -69,10 +70,17 @@ def calibration(
     cores = probe["cores"]
     driver = sum(f["driver_cpu_s"] for f in rows) / max(sum(f["results"] for f in rows), 1)
     ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
+    per_result = [c for f in rows if (c := result_cpu(f, shipped or MEASURED)) is not None]
+    result_cpu_s = statistics.median(per_result) if per_result else 0.0
     exploits = exploits_of(experiment_scheduler())
-    groups: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
-    for f in rows:  # the rounds of each size
-        groups.setdefault((f["size"], f.get("iterations", 40), f["nodes"]), []).append(f)
+    groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
+    for f in rows:  # the rounds of each size (and search space: each its own probe)
+        key = (f["size"], f.get("iterations", 40), f["nodes"], f.get("costs", "searched"))
+        groups.setdefault(key, []).append(f)
+    # Each group priced from its own first run's probe, with the values that set a
+    # train()'s cost where that probe recorded what prices them (PBT's explore then moves
+    # a clone's cost as the forecast's does).
+    own_costs = {key: _costs_of(runs[0], base) for key, runs in groups.items()}
     measured = {
         key: (
             statistics.median(f["results"] / f["wall_s"] for f in runs),
@@ -84,19 +92,10 @@ def calibration(
         for key, runs in groups.items()
     }
 
-    # Each size's own first draws (the same seed every round), where its runs recorded them.
-    drawn = {
-        key: tuple((float(c), float(w)) for c, w in own)
-        if (own := runs[0].get("forecast", {}).get("drawn_costs"))
-        else None
-        for key, runs in groups.items()
-    }
-
     def forecasts(constants: Constants) -> Iterator[tuple[Any, tuple[float, ...]]]:
-        model = with_constants(costs, constants)
-        for (size, iterations, nodes), figures in measured.items():
+        for (size, iterations, nodes, space), figures in measured.items():
             fc = forecast(
-                replace(model, drawn=drawn[(size, iterations, nodes)]),
+                with_constants(own_costs[(size, iterations, nodes, space)], constants),
                 trials=size,
                 at_once=size,
                 cores=cores,
@@ -113,6 +112,7 @@ def calibration(
             shipped or MEASURED,
             driver_s=driver,
             ray_cores_per_node=ray,
+            result_cpu_s=result_cpu_s,
             clone_share=share,
             score_noise=noise,
         )
@@ -149,6 +149,7 @@ def calibration(
             train_per_process=dearer,
             driver_s=driver,
             ray_cores_per_node=ray,
+            result_cpu_s=result_cpu_s,
             clone_share=clone_share,
             score_noise=score_noise,
         )
@@ -164,13 +165,14 @@ def calibration(
 
     # start s, fixed wait s, wait s per (process per core) ** exponent, exponent, train()
     # dearer per process per core
+    # (The growth of a result's wait with the crowd is mostly its CPU shared on the cores,
+    # result_cpu_s, measured: the grid keeps a small part of it.)
     grid = grid or [
-        (2.0 * s, 0.2 * r, k, e, d)
+        (2.0 * s, 0.2 * r, k, 1.0, d)
         for s in range(1, 8)
-        for r in range(6)
-        for k in (0.0, *(0.002 * 2**i for i in range(8)))
-        for e in (1.0, 2.0)
-        for d in (0.0, 0.02, 0.05, 0.1)
+        for r in range(3)
+        for k in (0.0, 0.004, 0.016)
+        for d in (0.0, 0.02, 0.05)
     ]
     best = min(grid, key=error)
     steps = (1.0, 0.1, max(best[2], 0.002) / 2, 0.0, max(best[4], 0.01) / 2)
@@ -194,11 +196,82 @@ def calibration(
         "train_per_process": dearer,
         "driver_s": driver,
         "ray_cores_per_node": ray,
+        "result_cpu_s": result_cpu_s,
         "clone_share": clone_share,
         "score_noise": score_noise,
         "clones_error": clones_error((score_noise, clone_share)),
         "largest_error": error(best),
     }
+
+
+def result_cpu(row: dict[str, Any], constants: Any) -> float | None:
+    """A run's CPU seconds of a trial's own work for each result outside train() (None:
+    not split). On shared cores that work and a train() stretch alike, so the slot time
+    between results over the time in train() is that work's CPU over a train()'s; the two
+    together are the trials' CPU less their starts, a result."""
+    if "outside_between" not in row or row.get("trial_cpu_s") is None or not row["results"]:
+        return None
+    start = row.get("forecast", {}).get("start_s") or constants.start_s
+    cpu = (row["trial_cpu_s"] - row["size"] * start) / row["results"]
+    ratio = row["outside_between"] / (1.0 - row["outside"])
+    return cpu * ratio / (1.0 + ratio)
+
+
+def _costs_of(row: dict[str, Any], base: Any) -> Any:
+    """``base`` at this run's own probe: its draws' costs, its own first draws' and, where
+    the run recorded the probe's figures (``forecast.probe``), their values and PBT's
+    explore of them."""
+    probe = row.get("forecast", {})
+    costs = replace(
+        base,
+        iterations=tuple((float(c), float(w)) for c, w in probe["iteration_costs"]),
+        drawn=tuple((float(c), float(w)) for c, w in own)
+        if (own := probe.get("drawn_costs"))
+        else None,
+    )
+    figures = probe.get("probe")
+    if not figures or not figures.get("learner_costs"):
+        return costs
+    import tempfile
+
+    import yaml
+
+    from workbench.experiment.resolve import load_and_resolve
+    from workbench.plan.population import cost_explore, drawn_points, first_draws
+    from workbench.plan.throughput import Throughput
+    from workbench.trial.config import build_config
+
+    rate = Throughput(
+        int(figures.get("runners", 0)),
+        float(figures["per_core"]),
+        None,
+        None,
+        True,
+        per_core=float(figures["per_core"]),
+        learner_costs=tuple(figures["learner_costs"]),
+        learner_call_s_per_sample=float(figures.get("learner_call_s_per_sample", 0.0)),
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        data = experiment_data(
+            row["size"],
+            row.get("iterations", 40),
+            2.0,
+            row["nodes"],
+            Path(folder),
+            int(row.get("env_runners", 0)),
+            "iterations",
+            row.get("costs", "searched"),
+        )
+        path = Path(folder) / "scale.yaml"
+        path.write_text(yaml.safe_dump(data))
+        resolved = load_and_resolve(path)
+        config = build_config(resolved.experiment, resolved.defaults)
+        drawn = first_draws(resolved, config)
+    return replace(
+        costs,
+        drawn_points=drawn_points(drawn, config) if drawn and costs.drawn else None,
+        explore=cost_explore(resolved.search_space, config, rate, resolved.experiment.scheduler),
+    )
 
 
 def _median_clones(runs: list[dict[str, Any]]) -> float:
@@ -209,16 +282,11 @@ def _median_clones(runs: list[dict[str, Any]]) -> float:
 
 def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
     """Prints the constants these runs and the earlier ones (files --json wrote) give: the
-    runs stopped at their iterations over the main experiment's search space (the model's
-    budget runs and runs of equal costs are checked, not fitted: the fit prices every run
-    from the first run's probe)."""
+    runs stopped at their iterations, of either search space, each size and space priced
+    from its own probe (the model's budget runs are checked, not fitted)."""
 
     def fitted(f: dict[str, Any]) -> bool:
-        return (
-            "outside_before" in f
-            and f.get("stop", "iterations") == "iterations"
-            and f.get("costs", "searched") == "searched"
-        )
+        return "outside_before" in f and f.get("stop", "iterations") == "iterations"
 
     runs = [f for f in rows if fitted(f)]
     for extra in earlier:

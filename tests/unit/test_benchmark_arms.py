@@ -563,7 +563,7 @@ def test_population_scale_with_equal_costs_fixes_the_keys_that_set_a_train_s_wor
     assert report.population_label({"size": 32, "stop": "iterations"}) == "32"
 
 
-def test_population_scale_calibrates_only_on_the_main_space_stopped_at_iterations(
+def test_population_scale_calibrates_on_the_runs_stopped_at_their_iterations(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calibration = _scale_part("scale_calibration")
@@ -583,10 +583,29 @@ def test_population_scale_calibrates_only_on_the_main_space_stopped_at_iteration
         {"size": 32},  # no split: a run without its trials' results
     ]
     calibration.calibrate(rows, [])
-    # The fit prices every run from one probe: the equal costs' runs, with their own, and
-    # the budget's are checked against the model, not fitted.
-    assert fitted == [[rows[0], rows[3]]]
+    # Each size and space is priced from its own probe: the equal costs' runs are fitted
+    # too; the budget's are checked against the model, not fitted.
+    assert fitted == [[rows[0], rows[2], rows[3]]]
     assert "start_s = 5" in capsys.readouterr().out
+
+
+def test_population_scale_measures_a_results_own_cpu_from_the_time_between_results() -> None:
+    calibration = _scale_part("scale_calibration")
+    from workbench.plan.population import MEASURED
+
+    # 8 trials on 2 cores: a train() of 1.5 CPU s takes 6 s; a result's own work of 0.1
+    # CPU s takes 0.4 s of the slot, between results: 0.4 / (6 + 0.4) of the slot time.
+    results, slot = 320, 320 * 6.4
+    row = {
+        "size": 8,
+        "results": results,
+        "outside": 0.4 * results / slot,
+        "outside_between": 0.4 * results / slot,
+        "trial_cpu_s": 8 * 5.0 + results * 1.6,  # the starts, train() and the results' work
+        "forecast": {"start_s": 5.0},
+    }
+    assert calibration.result_cpu(row, MEASURED) == pytest.approx(0.1)
+    assert calibration.result_cpu({"size": 8, "results": 3}, MEASURED) is None  # no split
 
 
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
@@ -624,6 +643,9 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         ray_cores_per_node=0.05,
         clone_share=0.5,
         score_noise=2.0,
+        # Measured from the split of each run's time, which these rows leave out (its own
+        # test: ..._measures_a_results_own_cpu_from_the_time_between_results).
+        result_cpu_s=0.0,
     )
     exploits = exploits_of(calibration.experiment_scheduler())
     # The runs of 6 recorded their own first draws (all cheap), which the fit must price

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -273,6 +274,94 @@ def test_pbt_clones_skip_iterations_and_the_population_drifts_to_the_fast_trials
         type="pbt", perturbation_interval=4, quantile_fraction=0.25, burn_in_period=0
     )
     assert exploits_of(section) == pbt
+
+
+def test_a_trial_that_has_its_iterations_leaves_the_donors() -> None:
+    # Ray's PBT ranks only the trials not yet finished: once the cheap trial has its 4
+    # iterations, the dear one, last at every decision, has nobody to clone.
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    pbt = Exploits(interval=1, quantile=0.5)
+    run = simulate(sim, [(0.1, 0.1), (10.0, 10.0)], at_once=2, cores=2, iterations=4, exploits=pbt)
+    assert run.clones == 0 and run.results == 8
+    assert run.wall_s == pytest.approx(40.0)
+
+
+def test_a_clone_pays_its_explored_values_cost_not_its_donors() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    pbt = Exploits(interval=4, quantile=0.25)
+    fast, slow = (0.1, 0.1), (1.0, 1.0)
+    draws = [fast, slow, slow, slow]
+    seen: list[object] = []
+
+    def explore(point: object, rng: random.Random) -> tuple[object, tuple[float, float]]:
+        seen.append(point)
+        return "explored", (2.0, 2.0)  # dearer than either
+
+    kept = simulate(sim, draws, at_once=4, cores=4, iterations=40, exploits=pbt)
+    run = simulate(
+        sim,
+        draws,
+        at_once=4,
+        cores=4,
+        iterations=40,
+        exploits=pbt,
+        points=["fast", "slow", "slow", "slow"],
+        explore=explore,
+    )
+    assert run.clones > 0 and seen and set(seen) <= {"fast", "explored"}
+    assert run.wall_s > kept.wall_s  # the clones pay 2 s a train(), not the donor's 0.1
+
+
+def test_pbts_explore_moves_the_cost_values_as_the_run_perturbs_them(tmp_path: Path) -> None:
+    space = {"num_epochs": {"randint": [3, 20]}, "minibatch_size": {"choice": [64, 512]}}
+    pbt = {"type": "pbt", "perturbation_interval": 4}
+    source = resolved(
+        tmp_path, HALF_CPU, population=6, search_space={"params": space}, scheduler=pbt
+    )
+    plan = make_plan(source, cluster("cpus=2"))
+    assert plan.forecast is not None and plan.config is not None
+    explore = plan.forecast.costs.explore
+    assert explore is not None and plan.forecast.costs.drawn_points is not None
+    before = random.getstate()
+    batch = float(plan.config.train_batch_size_per_learner)
+    moved = [explore((batch, 10.0, 64.0), random.Random(seed)) for seed in range(200)]
+    assert random.getstate() == before  # its own draws: the run's seeded PBT is not touched
+    epochs = {e for (_, e, _), _ in moved}
+    assert epochs <= set(map(float, range(3, 21))) and {8.0, 12.0} <= epochs  # x0.8, x1.2
+    assert {m for (_, _, m), _ in moved} == {64.0, 512.0}
+    for point, cost in moved:
+        assert (
+            cost
+            == drawn_costs(
+                [{"num_epochs": point[1], "minibatch_size": point[2]}], plan.config, plan.throughput
+            )[0]
+        )  # type: ignore[index]
+    assert moved == [explore((batch, 10.0, 64.0), random.Random(s)) for s in range(200)]
+    # PB2 picks its values from its model of the scores: its clones keep the donor's cost.
+    numeric = {"num_epochs": {"randint": [3, 20]}}
+    pb2 = resolved(
+        tmp_path / "pb2",
+        HALF_CPU,
+        population=6,
+        search_space={"params": numeric},
+        scheduler={"type": "pb2", "perturbation_interval": 4},
+    )
+    pb2_plan = make_plan(pb2, cluster("cpus=2"))
+    assert pb2_plan.forecast is not None and pb2_plan.forecast.costs.explore is None
+
+
+def test_a_results_own_cpu_is_shared_on_the_cores_like_a_train_call() -> None:
+    bare = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    work = replace(bare, result_cpu_s=0.5)
+    for trials, cores in ((8, 2.0), (2, 2.0)):
+        draws = [(1.0, 1.0)] * trials
+        base = simulate(bare, draws, at_once=trials, cores=cores, iterations=10, exploits=None)
+        more = simulate(work, draws, at_once=trials, cores=cores, iterations=10, exploits=None)
+        # 9 results a trial are followed by its work (not the last): on crowded cores it
+        # stretches as train() does, so the wall grows by the CPU over the cores.
+        crowd = max(trials / cores, 1.0)
+        assert more.wall_s - base.wall_s == pytest.approx(9 * 0.5 * crowd, rel=0.02)
+        assert more.train_s == pytest.approx(base.train_s)
 
 
 def test_noisy_scores_clone_trials_back_as_well_as_ahead() -> None:

@@ -141,7 +141,12 @@ class ParamSpec(BaseModel):
         return clamped
 
     def perturb(
-        self, value: Any, *, resample_probability: float, factors: tuple[float, ...]
+        self,
+        value: Any,
+        *,
+        resample_probability: float,
+        factors: tuple[float, ...],
+        rng: random.Random | None = None,
     ) -> tuple[Any, str]:
         """PBT's explore step for one value: the new value and what was done (Tune's
         words). Python's ``random`` draws, as Tune's PBT does (seeded per experiment).
@@ -153,22 +158,25 @@ class ParamSpec(BaseModel):
         - choice and grid (an ordered list): resampled from the list, or moved to a
           neighbour, at either end the only one (Tune shifts off the end and stays put
           half the time there); a value not in the list is resampled.
-        Every result is clamped back into the block.
+        Every result is clamped back into the block. ``rng``: draw from it instead (the
+        plan's simulated populations), the resampling too.
         """
+        draw = rng or random
         if self.categorical:
             values = list(getattr(self, self.kind))
-            if value not in values or random.random() < resample_probability:
-                return random.choice(values), "resample"
+            if value not in values or draw.random() < resample_probability:
+                return draw.choice(values), "resample"
             if len(values) == 1:
                 return value, "shift (noop)"
             index = values.index(value)
-            step = random.choice([-1, 1])
+            step = draw.choice([-1, 1])
             if not 0 <= index + step < len(values):
                 step = -step  # the only neighbour at an end
             return values[index + step], f"shift {'left' if step < 0 else 'right'}"
-        if random.random() < resample_probability:
-            return self.clamp(self.domain().sample(None)), "resample"
-        factor = random.choice(factors)
+        if draw.random() < resample_probability:
+            state = None if rng is None else rng.randrange(2**32)
+            return self.clamp(self.domain().sample(None, random_state=state)), "resample"
+        factor = draw.choice(factors)
         moved = self.clamp(float(value) * factor)
         if self.kind == "randint" or self.quniform or self.qloguniform:
             unit = 1.0 if self.kind == "randint" else getattr(self, self.kind)[2]

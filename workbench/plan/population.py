@@ -9,9 +9,10 @@ from a fresh process's start measured here), then it loops: ``train()``
 (sampling and learning, at the cost its drawn hyperparameters give, dearer by a share that
 grows with the trial processes per core of the trials then under way), the driver handles
 the result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its
-workers at niceness 15), and the trial waits before its next ``train()``: ``result``
-seconds, and a part that grows with the same crowd (Tune's loop, the checkpoint's I/O, and
-Ray's calls, each hop of which waits its turn on crowded cores). A member that has its
+workers at niceness 15), and the trial does its own work for the result before its next
+``train()``: ``result_cpu`` CPU seconds on the shared cores (handing the result over, the
+checkpoint Tune asks for), which stretch with the crowd as a ``train()`` does, and a wait
+that takes no CPU (``result`` seconds, and a part that grows with the crowd). A member that has its
 iterations leaves the crowd: the last members run on emptier cores. The trials share what
 the driver leaves of the cores equally, none faster than its own time with a core per
 process.
@@ -23,14 +24,15 @@ as the run's seeded searcher will; otherwise ``n`` evenly spaced quantiles of th
 iteration's cost over the searched distribution, in several orders. The forecast is the
 mean of those runs. Under PBT or PB2 the simulated trials
 decide as ``workbench.tune_ext.pbt`` does, ranked by how far they have trained plus a
-noise: a trial behind mostly restarts from a leader's checkpoint, skipping iterations and
-taking the leader's cost, and some restart from one behind them.
+noise, among the members not yet finished (Ray's PBT ranks no other): a trial behind
+mostly restarts from a leader's checkpoint, skipping iterations and taking the leader's
+values, which PBT's explore then perturbs (``CostExplore``: a clone pays its new values'
+cost), and some restart from one behind them.
 
 The constants were measured or fitted on this machine with ``benchmarks/population_scale.py
---calibrate`` on populations of 6, 12 and 24 (the sizes it does not report on; docs/
-benchmarks/population-scale.md), the scores' noise and the clone share on development runs
-of 4, 8 and 16; the iteration's cost comes from the plan's throughput figures (documented
-rates, or ``--probe``'s measurement)."""
+--calibrate`` (docs/benchmarks/population-scale.md: the runs, and the rounds reported on
+after); the iteration's cost comes from the plan's throughput figures (documented rates,
+or ``--probe``'s measurement)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from typing import Any
 
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import StopSection
-from workbench.experiment.search_space import SearchSpace
+from workbench.experiment.search_space import ParamSpec, SearchSpace
 from workbench.plan.simulate import Costs, Exploits, simulate
 from workbench.plan.throughput import Throughput
 from workbench.trial.draws import draw_trials, random_search
@@ -51,50 +53,59 @@ from workbench.trial.draws import draw_trials, random_search
 
 @dataclass(frozen=True, kw_only=True)
 class Constants:
-    """Seconds fitted here (see the module's docstring): the development runs of 6, 12 and
-    24 trials of 5 December, 05:31-06:03 UTC, with trial processes that no longer import
-    torch's compiler (workbench/trial/eager_torch.py), priced by the probe; the fit's
-    largest error over their results a second, share outside train() and share before the
-    first result was 29%."""
+    """Seconds measured or fitted here by ``benchmarks/population_scale.py --calibrate`` on
+    the 21 runs of 5-6 December (4, 8, 16 and 32 trials of the main experiment's space, and
+    32 with ``num_epochs`` and ``minibatch_size`` fixed; 40 iterations each), each size and
+    space priced by its own probe; the fit's largest error over the medians of each size's
+    results a second, share outside train() and share before the first result was 26%
+    (docs/benchmarks/population-scale.md)."""
 
     # A trial process's start, in CPU seconds, placed among the others of its population,
-    # and a fresh process's start alone in the same round (what the probe measures:
-    # workbench/plan/start_probe.py). Where the probe measured the start, a trial's is
-    # priced ``start_s / start_alone_s`` times that, so that it moves with the machine.
-    start_s: float = 5.25
-    start_alone_s: float = 4.42
-    # A result's wait outside train() that the cores' speed does not set (Tune's loop, the
-    # checkpoint's I/O, Ray's calls): a fixed part, and a part that grows with the trial
-    # processes running per core, ``result_s_per_process x crowd ** crowd_exponent`` (each
-    # hop of the result and of the next call, between the trial's threads, its raylet and
-    # the driver, waits its turn among the processes on the cores). Fitted: at 6-24 trials
-    # the growing part does not show.
-    result_s: float = 0.025
-    result_s_per_process: float = 0.0
+    # and a fresh process's start alone (what the probe measures: workbench/plan/
+    # start_probe.py; the median over the runs that measured it). Where the probe measured
+    # the start, a trial's is priced ``start_s / start_alone_s`` times that, so that it
+    # moves with the machine. Fitted (to the share before the first results).
+    start_s: float = 8.5
+    start_alone_s: float = 5.568
+    # A result's wait outside train() that takes no CPU of the trial's (Tune's loop, Ray's
+    # calls): a fixed part, and a part that grows with the trial processes running per
+    # core, ``result_s_per_process x crowd ** crowd_exponent`` (each hop of the result and
+    # of the next call waits its turn among the processes on the cores). Fitted.
+    result_s: float = 0.2
+    result_s_per_process: float = 0.028
     crowd_exponent: float = 1.0
     # A train() costs more on crowded cores than the probe's, alone: this fraction more per
-    # trial process running per core (the caches and memory bus shared among more processes,
-    # more switches between them). Fitted.
-    train_per_process: float = 0.0275
-    # The driver's CPU per result (measured: its CPU over the results of the development
-    # runs, the benchmark's own sampling threads apart).
-    driver_s: float = 0.0978
+    # trial process running per core. Fitted: next to nothing (with every member's train()
+    # at the same cost, 32 members' CPU a result was the probe's own).
+    train_per_process: float = 0.0025
+    # The driver's CPU per result (measured: its CPU over the results of the runs, the
+    # benchmark's own sampling threads apart).
+    driver_s: float = 0.1391
     # Ray's own processes on each node (its raylet, agents and idle workers): the share of
     # a core they keep busy, which the trials do not get (measured).
-    ray_cores_per_node: float = 0.04732
+    ray_cores_per_node: float = 0.05249
     # How a decision's score ranks a trial: its progress (iterations) plus a normal noise
     # of ``score_noise`` iterations (the evaluations' noise, members learning at unequal
     # speeds); and under a rule that clones only over a clear gain (the shipped default:
     # a Welch test on the evaluations), the share of the decisions with a donor that
-    # clone. Fitted together to the clones and the iterations they skipped net in the
-    # development runs of 4, 8 and 16 trials of 5 December, 20:43-21:10 UTC (10% off,
+    # clone. Fitted together to the clones and the iterations they skipped net (24% off,
     # pooled over the sizes). A noise near a whole run's length: at those decisions the
-    # scores hardly followed progress, and a quarter of the clones went back.
-    clone_share: float = 0.6
-    score_noise: float = 32.0
+    # scores hardly followed progress, and a quarter to a third of the clones went back.
+    clone_share: float = 0.7
+    score_noise: float = 24.0
+    # The trial process's own CPU for each result outside train() (handing the result to
+    # Tune, the checkpoint it asks for): shared on the cores as a train() is, so that its
+    # wall grows with the crowd alike. Measured (the median over the runs of their time
+    # between results against their time in train(): 0.06-0.09 s at every size and in
+    # both spaces; ``scale_calibration.result_cpu``).
+    result_cpu_s: float = 0.07415
 
 
 MEASURED = Constants()
+
+# The values that set a train()'s cost: the batch, the epochs and the minibatch.
+Point = tuple[float, float, float]
+_COST_KEYS = ("train_batch_size_per_learner", "num_epochs", "minibatch_size")
 
 # Draws from the search space's initial distribution for the iteration's cost.
 _DRAWS = 2000
@@ -125,6 +136,7 @@ class TrialCosts:
     clone_share: float
     source: str  # where the iteration's cost comes from
     score_noise: float = 0.0
+    result_cpu_s: float = 0.0  # the trial's CPU for each result outside train()
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
     # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
     # the documented constant, measured on another day).
@@ -133,6 +145,11 @@ class TrialCosts:
     # them (the seeded searcher's; None where not drawn): what the trials pay, rather than
     # evenly spaced quantiles of the distribution, which a small population rarely meets.
     drawn: tuple[tuple[float, float], ...] | None = None
+    # The values each of ``iterations`` and of ``drawn`` costs, and PBT's explore of them:
+    # a clone then pays its explored values' cost, not its donor's (None: not known).
+    points: tuple[Point, ...] | None = None
+    drawn_points: tuple[Point, ...] | None = None
+    explore: CostExplore | None = None
 
     @property
     def iteration_cpu_s(self) -> float:
@@ -154,6 +171,59 @@ class TrialCosts:
         if self.drawn is not None and len(self.drawn) == n:
             return list(self.drawn), True
         return self.quantiles(n), False
+
+    def trial_points(self, n: int) -> list[Point] | None:
+        """The values of each of ``trial_draws(n)``'s costs (None: not known)."""
+        if self.drawn is not None and len(self.drawn) == n:
+            return list(self.drawn_points) if self.drawn_points is not None else None
+        if self.points is None:
+            return None
+        count = len(self.points)
+        return [self.points[min(int((i + 0.5) / n * count), count - 1)] for i in range(n)]
+
+
+@dataclass(frozen=True)
+class CostExplore:
+    """PBT's explore step (``ParamSpec.perturb``, the run's scheduler's) on the searched
+    values that set a train()'s cost, and what a train() then costs."""
+
+    specs: tuple[tuple[int, ParamSpec], ...]  # (its place in a Point, its block)
+    resample_probability: float
+    factors: tuple[float, ...]
+    rate: Throughput
+    config: Any
+
+    def __call__(self, point: Any, rng: random.Random) -> tuple[Point, tuple[float, float]]:
+        values = list(point)
+        for k, spec in self.specs:
+            values[k] = float(
+                spec.perturb(
+                    values[k],
+                    resample_probability=self.resample_probability,
+                    factors=self.factors,
+                    rng=rng,
+                )[0]
+            )
+        new: Point = (values[0], values[1], values[2])
+        return new, _one_train(self.rate, self.config, *new)
+
+
+def cost_explore(
+    space: SearchSpace, config: Any, rate: Throughput, scheduler: Any
+) -> CostExplore | None:
+    """PBT's explore of the searched cost values (None: not PBT, or none searched, or
+    train()'s cost unknown). PB2 picks its new values from its model of the scores, which
+    the plan cannot know: its clones keep their donor's cost."""
+    specs = tuple((k, space[name]) for k, name in enumerate(_COST_KEYS) if name in space)
+    if scheduler.type != "pbt" or not specs or rate.learner_costs is None or rate.per_core <= 0:
+        return None
+    return CostExplore(
+        specs=specs,
+        resample_probability=float(scheduler.resample_probability),
+        factors=tuple(float(f) for f in scheduler.perturbation_factors),
+        rate=rate,
+        config=config,
+    )
 
 
 @dataclass(frozen=True)
@@ -190,11 +260,20 @@ def iteration_costs(
     batch, epochs and minibatch from their initial distribution, cheapest first; None
     where the throughput figures do not give it (a replaying learner). A GPU learner's
     time counts as the CPU time of the process that waits on it."""
+    priced = iteration_draws(space, config, rate)
+    return None if priced is None else tuple(cost for cost, _ in priced)
+
+
+def iteration_draws(
+    space: SearchSpace, config: Any, rate: Throughput
+) -> list[tuple[tuple[float, float], Point]] | None:
+    """``iteration_costs`` with the values each is the cost of, in the same order."""
     if rate.learner_costs is None or rate.per_core <= 0:
         return None
     fixed = _fixed(config)
     draws = [_draws(space, name, base) for name, base in fixed.items()]
-    return tuple(sorted(_one_train(rate, config, *d) for d in zip(*draws, strict=True)))
+    points: list[Point] = [(b, e, m) for b, e, m in zip(*draws, strict=True)]
+    return sorted((_one_train(rate, config, *point), point) for point in points)
 
 
 def drawn_costs(
@@ -203,11 +282,21 @@ def drawn_costs(
     """(CPU s, wall s) of one train() of each of these trials (their searched values by
     public name; the config's own where not searched), in their order; None as for
     ``iteration_costs``."""
+    points = drawn_points(drawn, config)
     if rate.learner_costs is None or rate.per_core <= 0:
         return None
+    return tuple(_one_train(rate, config, *point) for point in points)
+
+
+def drawn_points(drawn: list[dict[str, Any]], config: Any) -> tuple[Point, ...]:
+    """The values that set each of these trials' train() cost (``drawn_costs``')."""
     fixed = _fixed(config)
     return tuple(
-        _one_train(rate, config, *(float(values.get(name, base)) for name, base in fixed.items()))
+        (
+            float(values.get(_COST_KEYS[0], fixed[_COST_KEYS[0]])),
+            float(values.get(_COST_KEYS[1], fixed[_COST_KEYS[1]])),
+            float(values.get(_COST_KEYS[2], fixed[_COST_KEYS[2]])),
+        )
         for values in drawn
     )
 
@@ -257,8 +346,8 @@ def trial_costs(
     constants: Constants = MEASURED,
 ) -> TrialCosts | None:
     """The costs of one trial of this experiment."""
-    iterations = iteration_costs(space, config, rate)
-    if iterations is None:
+    priced = iteration_draws(space, config, rate)
+    if priced is None:
         return None
     measured = rate.start_cpu_s
     if measured is not None and constants.start_alone_s > 0:
@@ -267,7 +356,8 @@ def trial_costs(
         )
     return TrialCosts(
         processes=processes,
-        iterations=iterations,
+        iterations=tuple(cost for cost, _ in priced),
+        points=tuple(point for _, point in priced),
         source="measured by --probe" if rate.measured else "documented rates",
         start_measured_s=measured,
         **asdict(constants),
@@ -343,18 +433,22 @@ def forecast(
         train_per_process=costs.train_per_process,
         rest_s_per_process=costs.result_s_per_process,
         crowd_exponent=costs.crowd_exponent,
+        result_cpu_s=costs.result_cpu_s,
     )
     draws, in_order = costs.trial_draws(trials)
+    points = costs.trial_points(trials)
     rounds = max(1, min(_ROUNDS, _RESULTS_SIMULATED // max(trials * count, 1)))
     runs = []
     for seed in range(rounds):
-        order = list(draws)
+        order = list(range(trials))
         if not in_order:
             random.Random(seed).shuffle(order)
         runs.append(
             simulate(
                 sim_costs,
-                order,
+                [draws[k] for k in order],
+                points=None if points is None else [points[k] for k in order],
+                explore=costs.explore if points is not None else None,
                 at_once=at_once,
                 cores=left,
                 iterations=count if budget is None or iterations is not None else None,
@@ -426,7 +520,12 @@ def forecast_population(
         return None
     drawn = first_draws(resolved, config)
     if drawn:
-        costs = replace(costs, drawn=drawn_costs(drawn, config, rate))
+        costs = replace(
+            costs,
+            drawn=drawn_costs(drawn, config, rate),
+            drawn_points=drawn_points(drawn, config),
+        )
+    costs = replace(costs, explore=cost_explore(resolved.search_space, config, rate, exp.scheduler))
     batch = float(config.train_batch_size_per_learner)
     iterations = iterations_of(exp.stop, batch)
     budget = budget_of(exp.stop, batch)

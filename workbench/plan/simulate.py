@@ -7,8 +7,9 @@ running jobs (processor sharing: no job runs faster than its own time, and all s
 alike when together they want more than the cores). A trial's processes start (each
 importing torch and RLlib and building its part of the algorithm); then it loops:
 ``train()``, its result queues for the driver, which handles one result at a time on one
-core of the same cores, then the trial's own work outside ``train()`` for that result, and
-the next ``train()``. A trial that has its iterations ends and frees its slot for the next
+core of the same cores, then the trial's own work outside ``train()`` for that result (its
+CPU, shared on the cores like a ``train()``'s, and a wait that takes none), and the next
+``train()``. A trial that has its iterations ends and frees its slot for the next
 pending trial. Under a budget for the whole population (``stop.population_env_steps``, here
 in ``train()`` calls), the run ends when the driver has handled the result that spends it:
 every trial stops at once, and the ``train()`` calls then in flight yield no result.
@@ -17,7 +18,10 @@ Under PBT or PB2, a trial decides every ``interval`` of its own iterations (the 
 ``workbench.tune_ext.pbt``): if it ranks in the lower quantile, it restarts from the
 checkpoint of a trial of the upper quantile that scores strictly better and whose last
 decision lies at least an interval past the trial's own last start, taking that
-iteration count and that trial's hyperparameters (so its cost of a ``train()``). The
+iteration count and that trial's hyperparameters, explored as PBT perturbs them where
+the plan knows the values that set a ``train()``'s cost (else the donor's cost). As in
+Ray's PBT, only the trials not yet finished rank: a trial that has its iterations leaves
+the donors, and its last result decides nothing (Tune stops it first). The
 model cannot know the scores: it ranks trials by how far they have trained at their last
 decisions, as a population that is learning does, plus a noise of ``score_noise``
 iterations drawn afresh at each decision (the evaluations' noise and the members' unequal
@@ -43,6 +47,7 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 
@@ -71,6 +76,10 @@ class Costs:
     train_per_process: float = 0.0
     rest_s_per_process: float = 0.0
     crowd_exponent: float = 1.0
+    # The trial's own CPU work for each result outside train() (handing the result over,
+    # saving the checkpoint Tune asks for): a job on the shared cores like train(), so its
+    # wall grows with the crowd as a train()'s does.
+    result_cpu_s: float = 0.0
 
     def dearer(self, crowd: float) -> float:
         return 1.0 + self.train_per_process * crowd
@@ -96,9 +105,15 @@ class Outcome:
     clones_back: int = 0  # those to a donor's checkpoint behind the trial's iteration
 
 
+# PBT's explore of a cloned trial's values that set its train()'s cost: from the donor's
+# values, the new values and their train()'s (CPU s, own s).
+Explore = Callable[[Hashable, random.Random], tuple[Hashable, tuple[float, float]]]
+
+
 @dataclass
 class _Trial:
     cost: tuple[float, float]  # (CPU s, own s) of one train()
+    point: Hashable = None  # the values that set that cost (None: not known)
     done: int = 0  # training_iteration
     start: int = 0  # iteration of its last restart from a clone
     decided: int | None = None  # iteration of its last decision
@@ -195,18 +210,24 @@ def simulate(
     clone_share: float = 1.0,
     budget: int | None = None,
     score_noise: float = 0.0,
+    points: list[Hashable] | None = None,
+    explore: Explore | None = None,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
     cost in the order given, until each has ``iterations`` or the population has had
     ``budget`` train() calls; under a tested rule, ``clone_share`` of the decisions that
     find a donor clone; each decision's score off the trial's iteration by a normal noise
-    of ``score_noise`` iterations."""
+    of ``score_noise`` iterations. ``points``: the values each draw's cost comes from;
+    with ``explore``, a clone takes its donor's values explored (PBT's perturbation), and
+    their cost, rather than the donor's cost."""
     if iterations is None and budget is None:
         raise ValueError("a run needs iterations per trial or a budget for the population")
     limit = math.inf if iterations is None else iterations
     share = clone_share if exploits is not None and exploits.tested else 1.0
     rng = random.Random(seed)
-    trials = [_Trial(cost) for cost in draws]
+    trials = [
+        _Trial(cost, points[k] if points is not None else None) for k, cost in enumerate(draws)
+    ]
     pending = deque(range(len(trials)))
     cpu = _Cores(cores)
     live = 0  # trials under way: launched, not yet at their iterations
@@ -270,8 +291,17 @@ def simulate(
         assert donor.decided is not None
         back += donor.decided < t.done
         t.done = t.start = donor.decided
-        t.cost = donor.cost
+        if explore is not None and donor.point is not None:
+            t.point, t.cost = explore(donor.point, rng)
+        else:
+            t.point, t.cost = donor.point, donor.cost
         score(i, donor.decided, donor.score)
+
+    def rest(i: int) -> None:
+        if (wait := costs.wait_s(crowd())) > 0:
+            cpu.wait(wait, ("train", i, 0.0))
+        else:
+            train(i)
 
     handled = 0
     for _ in range(min(at_once, len(trials))):
@@ -294,17 +324,24 @@ def simulate(
             driver.popleft()
             if driver:
                 cpu.add_first(costs.driver_s, ("handled", driver[0], cpu.now))
-            if exploits is not None:
-                decide(i)
             if t.done >= limit:
+                # Tune stops a trial at its stop rule without asking the scheduler, and
+                # PBT ranks only the trials not yet finished: it leaves the donors.
+                if t.decided is not None:
+                    ranked.remove((t.score, i))
                 live -= 1
                 if pending:
                     t.left_at = cpu.now
                     launch()
-            elif (rest := costs.wait_s(crowd())) > 0:
-                cpu.wait(rest, ("train", i, 0.0))
             else:
-                train(i)
+                if exploits is not None:
+                    decide(i)
+                if costs.result_cpu_s > 0:
+                    cpu.add(costs.result_cpu_s, 1.0, ("rested", i, 0.0))
+                else:
+                    rest(i)
+        elif kind == "rested":
+            rest(i)
     wall = cpu.now
     results = sum(t.calls for t in trials)
     launched = [t for t in trials if t.slot_at is not None]
