@@ -161,8 +161,7 @@ class TrialCosts:
 
     def quantiles(self, n: int) -> list[tuple[float, float]]:
         """n evenly spaced quantiles of the iteration's cost: the trials of a wave."""
-        count = len(self.iterations)
-        return [self.iterations[min(int((i + 0.5) / n * count), count - 1)] for i in range(n)]
+        return _spaced(self.iterations, n)
 
     def trial_draws(self, n: int) -> tuple[list[tuple[float, float]], bool]:
         """The train() cost of each of ``n`` trials, and whether in the run's own order:
@@ -176,10 +175,13 @@ class TrialCosts:
         """The values of each of ``trial_draws(n)``'s costs (None: not known)."""
         if self.drawn is not None and len(self.drawn) == n:
             return list(self.drawn_points) if self.drawn_points is not None else None
-        if self.points is None:
-            return None
-        count = len(self.points)
-        return [self.points[min(int((i + 0.5) / n * count), count - 1)] for i in range(n)]
+        return None if self.points is None else _spaced(self.points, n)
+
+
+def _spaced(sorted_items: tuple[Any, ...], n: int) -> list[Any]:
+    """n evenly spaced quantiles of items sorted by cost."""
+    count = len(sorted_items)
+    return [sorted_items[min(int((i + 0.5) / n * count), count - 1)] for i in range(n)]
 
 
 @dataclass(frozen=True)
@@ -282,20 +284,20 @@ def drawn_costs(
     """(CPU s, wall s) of one train() of each of these trials (their searched values by
     public name; the config's own where not searched), in their order; None as for
     ``iteration_costs``."""
-    points = drawn_points(drawn, config)
     if rate.learner_costs is None or rate.per_core <= 0:
         return None
-    return tuple(_one_train(rate, config, *point) for point in points)
+    return tuple(_one_train(rate, config, *point) for point in drawn_points(drawn, config))
 
 
 def drawn_points(drawn: list[dict[str, Any]], config: Any) -> tuple[Point, ...]:
     """The values that set each of these trials' train() cost (``drawn_costs``')."""
     fixed = _fixed(config)
+    batch, epochs, minibatch = _COST_KEYS
     return tuple(
         (
-            float(values.get(_COST_KEYS[0], fixed[_COST_KEYS[0]])),
-            float(values.get(_COST_KEYS[1], fixed[_COST_KEYS[1]])),
-            float(values.get(_COST_KEYS[2], fixed[_COST_KEYS[2]])),
+            float(values.get(batch, fixed[batch])),
+            float(values.get(epochs, fixed[epochs])),
+            float(values.get(minibatch, fixed[minibatch])),
         )
         for values in drawn
     )
