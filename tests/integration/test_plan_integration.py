@@ -10,6 +10,7 @@ device, and an algorithm class whose learner group uses gloo instead of NCCL.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -302,6 +303,36 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     assert plan.to_json()["forecast"]["process_start_cpu_s"] == plan.forecast.costs.start_s
     assert f"from a fresh process's {rate.start_cpu_s:.3g} alone (measured by --probe)" in text
     assert "a train() before its epochs" in text
+
+
+def test_rllibs_learner_extends_the_episodes_it_updates_on_and_the_probe_copies_them(
+    tmp_path: Path,
+) -> None:
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    from workbench.plan.throughput import _UpdateTimer
+
+    resolved = experiment(tmp_path, {})
+    config = build_config(resolved.experiment, resolved.defaults)
+    algo = config.copy(copy_frozen=False).env_runners(num_env_runners=0).build_algo()
+    try:
+        episodes = algo.env_runner.sample(num_timesteps=256)
+        lengths = [len(e) for e in episodes]
+        steps = sum(lengths)
+        update = algo.learner_group.update
+        # The fall: PPO's learner connectors add each episode a step, in place, so that a
+        # second update on the same list trains on a larger batch.
+        given = copy.deepcopy(episodes)
+        timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}
+        update(episodes=given, minibatch_size=128, num_epochs=1, timesteps=timesteps)
+        assert [len(e) for e in given] == [n + 1 for n in lengths]
+        # The fix: the probe times every update on its own copy.
+        timer = _UpdateTimer(update, episodes, steps)
+        assert timer.trained(128) == steps + len(episodes)
+        assert timer(128, 2) > 0
+        assert [len(e) for e in episodes] == lengths
+    finally:
+        algo.stop()
 
 
 def test_a_start_probe_that_fails_says_why_and_the_plan_keeps_the_documented_start(

@@ -751,6 +751,27 @@ def test_the_probe_measures_with_the_torch_threads_a_trial_gets() -> None:
     assert _trial_threads(runners_none) == (3, 3)
 
 
+def test_the_probe_times_each_update_on_its_own_copy_of_the_episodes() -> None:
+    from workbench.plan.throughput import _UpdateTimer
+
+    seen: list[int] = []
+
+    def update(episodes: list[list[int]], **_: Any) -> None:  # as PPO's connectors do
+        seen.append(sum(len(e) for e in episodes))
+        for episode in episodes:
+            episode.append(0)
+
+    episodes = [[0] * 10, [0] * 20]
+    timer = _UpdateTimer(update, episodes, 30)
+    # The samples an epoch goes over: the connectors' steps included.
+    assert timer.trained(8) == 32
+    assert timer(8, 3) >= 0
+    # Every update saw the batch as sampled (one warm-up, then the mean of five), and the
+    # probe's episodes are left as they were.
+    assert seen == [30] * 6
+    assert episodes == [[0] * 10, [0] * 20]
+
+
 def test_the_probe_counts_the_learner_connectors_once_a_train_not_once_an_epoch() -> None:
     from workbench.plan.population import _one_train
     from workbench.plan.throughput import _call_part, _two_point

@@ -3,8 +3,10 @@ or a short probe of the real algorithm (`workbench plan --probe`)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,32 +338,24 @@ def probe_throughput(
             # The learner's batch as a trial's: episodes up to the largest searched batch.
             episodes, steps = _batch_of(episodes, int(batch_high))
             minibatch = int(min(max((m_low + m_high) / 2, 1), steps))
-            update = algo.learner_group.update
-            args = {"timesteps": {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}}
-
-            def update_s(size: int, epochs: int = 1) -> float:
-                """The median of three updates of ``epochs`` in minibatches of ``size``."""
-                times = []
-                for _ in range(3):
-                    start = time.perf_counter()
-                    update(episodes=episodes, minibatch_size=size, num_epochs=epochs, **args)
-                    times.append(time.perf_counter() - start)
-                return sorted(times)[1]
-
+            update_s = _UpdateTimer(algo.learner_group.update, episodes, steps)
             torch.set_num_threads(learner_threads)
-            update_s(minibatch)  # warm-up
+            trained = update_s.trained(minibatch)  # warm-up, and the batch its epochs go over
             call_s, epoch_s = _call_part(minibatch, update_s)
-            per_sample_epoch = epoch_s / steps
-            sizes = [int(min(max(m, 1), steps)) for m in (m_low, m_high)]
+            per_sample_epoch = epoch_s / trained
+            sizes = [int(min(max(m, 1), trained)) for m in (m_low, m_high)]
             costs = _two_point(
-                steps, sizes[0], sizes[1], lambda size: max(update_s(size) - call_s, 0.0)
+                trained,
+                sizes[0],
+                sizes[1],
+                lambda size: max(update_s(size, PROBE_EPOCHS) - call_s, 0.0) / PROBE_EPOCHS,
             )
             call_per_sample = call_s / steps
             low = learners / (call_per_sample + e_high * per_sample_epoch)
             high = learners / (call_per_sample + e_low * per_sample_epoch)
             device = "GPU" if gpu else f"CPU, {learner_threads} torch thread{_s(learner_threads)}"
             detail.append(
-                f"learner: one epoch over {steps} samples in minibatches of {minibatch} on "
+                f"learner: one epoch over {trained} samples in minibatches of {minibatch} on "
                 f"{device}: {per_sample_epoch * 1e6:.3g} us per sample; x {learners} learners, "
                 f"num_epochs {_span(e_low, e_high)}"
             )
@@ -423,12 +417,50 @@ def _batch_of(episodes: list[Any], size: int) -> tuple[list[Any], int]:
     return taken, steps
 
 
+class _UpdateTimer:
+    """Seconds of a learner update of these episodes: the mean of five, each on its own
+    copy. A shared core's speed moves by half for seconds at a time, and a trial's cost is
+    its mean over both speeds, so a median of a few would pick one of them. The learner's
+    connectors change the episodes they are given (PPO's add each episode one step, to
+    bootstrap its value from), so updates on one list would each time a larger batch than
+    the last."""
+
+    def __init__(self, update: Any, episodes: list[Any], steps: int) -> None:
+        self._update = update
+        self._episodes = episodes
+        self._timesteps = {NUM_ENV_STEPS_SAMPLED_LIFETIME: steps}
+
+    def _once(self, size: int, epochs: int) -> tuple[float, list[Any]]:
+        batch = copy.deepcopy(self._episodes)
+        start = time.perf_counter()
+        self._update(
+            episodes=batch, minibatch_size=size, num_epochs=epochs, timesteps=self._timesteps
+        )
+        return time.perf_counter() - start, batch
+
+    def __call__(self, size: int, epochs: int = 1) -> float:
+        return statistics.fmean(self._once(size, epochs)[0] for _ in range(5))
+
+    def trained(self, size: int) -> int:
+        """One update (a warm-up), and the samples its epochs went over."""
+        _, batch = self._once(size, 1)
+        return sum(len(e) for e in batch)
+
+
+# Epochs of the longer update the probe times: an epoch of a small model is a few tens of
+# ms on a shared core, so the difference of one and three epochs left the split of an
+# update into its call and its epochs to the noise (2:1 between probes of one experiment).
+PROBE_EPOCHS = 8
+
+
 def _call_part(size: int, update_s: Any) -> tuple[float, float]:
     """Seconds of one learner update beyond its epochs (the learner connectors, once a
-    call) and of one epoch, from updates of one and of three epochs in minibatches of
-    ``size``: an update of one epoch alone would count the connectors once an epoch."""
-    one, three = update_s(size, 1), update_s(size, 3)
-    call = max(one - max((three - one) / 2, 0.0), 0.0)
+    call) and of one epoch, from updates of one and of ``PROBE_EPOCHS`` epochs in
+    minibatches of ``size``: an update of one epoch alone would count the connectors once
+    an epoch."""
+    one, many = update_s(size, 1), update_s(size, PROBE_EPOCHS)
+    epoch = max((many - one) / (PROBE_EPOCHS - 1), 0.0)
+    call = max(one - epoch, 0.0)
     return call, one - call
 
 
