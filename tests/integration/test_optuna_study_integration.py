@@ -59,7 +59,9 @@ def test_the_study_opens_after_a_run_and_after_its_resume(tmp_path: Path) -> Non
         scheduler={"type": "fifo"},
         population=2,
         max_concurrent=1,
-        stop={"iterations": 2},
+        # Long enough that the second trial is still running when the first one's end has
+        # been seen and the interrupt sent (at 2 iterations it could finish in between).
+        stop={"iterations": 6},
         checkpoint={"frequency": 1, "keep": 1},
         resources={"cpus_main": 0.5, "cpus_per_learner": 0.5, "envs_per_runner": 4},
         evaluation={"at_end": "none"},
@@ -80,7 +82,7 @@ def test_the_study_opens_after_a_run_and_after_its_resume(tmp_path: Path) -> Non
         while not _finished_while_running(folder):
             assert driver.poll() is None, driver.communicate()
             assert time.monotonic() < deadline, "no trial finished"
-            time.sleep(0.3)
+            time.sleep(0.1)
         os.killpg(driver.pid, signal.SIGINT)
         out, err = driver.communicate(timeout=180)
     except BaseException:
