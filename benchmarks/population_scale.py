@@ -62,6 +62,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import math
 import os
 import platform
 import shutil
@@ -96,6 +97,12 @@ from benchmarks.scale_watch import (
     node_labels,
 )
 from deploy.local_cluster import LocalCluster
+
+
+def first_train_began(result: dict[str, Any]) -> float:
+    """When the ``train()`` that gave ``result`` began: Tune's whole-second stamp (the
+    middle of that second) less the iteration's time."""
+    return float(result["timestamp"]) + 0.5 - float(result["time_this_iter_s"])
 
 
 def run_size(
@@ -230,6 +237,17 @@ def run_size(
             for rows in trials.values()
             if rows
         )
+        # Each trial process's CPU seconds when its first train() began (Tune stamps a
+        # result in whole seconds: the middle of that second): its start among the
+        # others, to set beside the probe's fresh process alone (``start_alone_s``). A
+        # process that Tune handed to a later trial (actor reuse) started once.
+        began: dict[int, float] = {}
+        for rows in trials.values():
+            if rows and "pid" in rows[0]:
+                pid = int(rows[0]["pid"])
+                began[pid] = min(began.get(pid, math.inf), first_train_began(rows[0]))
+        starts = [cpu for pid, at in began.items() if (cpu := memory.cpu_at(pid, at)) is not None]
+        figures["start_cpu_s"] = sorted(starts)
         # Each trial's time from its last result to the end of fit(), shortest first: the
         # shortest is the run's end after the population's last result (the last
         # checkpoints, the actors stopping, fit() returning); the rest is the trials that

@@ -77,6 +77,20 @@ def report(every: list[dict[str, Any]]) -> None:
                         else ""
                     )
                 )
+            starts = f.get("start_cpu_s")
+            if starts:
+                fc = f.get("forecast", {})
+                print(
+                    f"  a trial process's CPU when its first train() began: "
+                    f"{statistics.median(starts):.2f} s median [{starts[0]:.2f}-{starts[-1]:.2f}]"
+                    f" over {len(starts)}"
+                    + (
+                        f"; the model's start among the others {fc['start_s']:.2f}, the "
+                        f"probe's fresh process alone {fc['start_alone_s']:.2f}"
+                        if fc.get("start_s") is not None and fc.get("start_alone_s") is not None
+                        else ""
+                    )
+                )
             ends = f.get("last_result_to_end_s")
             if ends:
                 slot = len(ends) * f["wall_s"]

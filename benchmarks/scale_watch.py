@@ -5,6 +5,7 @@ results, the clones of its lineage)."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import math
@@ -67,6 +68,8 @@ class TrialMemory(Watch):
         self.node_of: dict[int, str] = {}
         self._cpu_at_start: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
+        # Each worker process's CPU seconds since it began, sampled: (wall time, CPU s).
+        self.cpu_series: dict[int, list[tuple[float, float]]] = {}
         self.min_available_mb = math.inf  # the machine's MemAvailable, lowest sample
         self.own_cpu_s = 0.0  # the sampling thread's CPU, which is not the driver's work
         super().__init__(self._sample)
@@ -93,6 +96,16 @@ class TrialMemory(Watch):
                 rest += used
         return trials, rest
 
+    def cpu_at(self, pid: int, when: float) -> float | None:
+        """A worker process's CPU seconds since it began, at wall time ``when``
+        (interpolated between the samples around it; None: not sampled on both sides)."""
+        series = self.cpu_series.get(pid, [])
+        k = bisect.bisect_right(series, (when, math.inf))
+        if k == 0 or k == len(series):
+            return None
+        (t0, c0), (t1, c1) = series[k - 1], series[k]
+        return c0 + (c1 - c0) * (when - t0) / (t1 - t0) if t1 > t0 else c0
+
     def _sample_cpu(self, table: dict[int, tuple[str, int, int]] | None = None) -> None:
         for pid in self.cluster.alive(table):
             cpu = _cpu_s(pid)
@@ -107,6 +120,12 @@ class TrialMemory(Watch):
         while not self._stop.wait(self.period_s):
             table = processes()
             self._sample_cpu(table)
+            now = time.time()
+            for pid, (_, parent, _) in table.items():
+                # Every worker of the raylets, titled or not: a trial's title comes when its
+                # algorithm is built, after most of its start.
+                if parent in self.raylets and pid in self._cpu_last:
+                    self.cpu_series.setdefault(pid, []).append((now, self._cpu_last[pid]))
             available = _proc_fields("/proc/meminfo").get("MemAvailable")  # kB
             if available is not None:
                 self.min_available_mb = min(self.min_available_mb, available / 1024)

@@ -267,6 +267,13 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert len(ends) == 4 and ends == sorted(ends) and ends[0] > -1.0
     assert sum(ends) / slot_s == pytest.approx(row["outside_after"], abs=1e-6)
     assert "after the last results: fit() ended" in result.stdout
+    # Each trial process's CPU when its first train() began: its start among the others,
+    # more than the bare interpreter's and within reach of the probe's process alone. A
+    # process Tune handed on to a later trial (actor reuse) started once.
+    starts = row["start_cpu_s"]
+    assert 2 <= len(starts) <= 4 and starts == sorted(starts)
+    assert all(0.5 < s < 5 * row["forecast"]["start_alone_s"] for s in starts), starts
+    assert "a trial process's CPU when its first train() began:" in result.stdout
     # Every trial process was seen, with its memory, on one of the two nodes.
     assert row["trial_processes"] >= 4 and row["rss_median_mb"] > 50
     assert set(row["per_node"]) <= {"node_0", "node_1"}

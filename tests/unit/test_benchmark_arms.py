@@ -725,3 +725,21 @@ def test_population_scale_lists_the_long_waits_between_a_trials_results() -> Non
         (40.0, 37.0, "b", 1, 9),
     ]
     assert watch.long_waits(trials, started_at=100.0, at_least_s=30) == [(40.0, 37.0, "b", 1, 9)]
+
+
+def test_population_scale_reads_a_trial_processs_cpu_when_its_first_train_began() -> None:
+    watch = _scale_part("scale_watch")
+    scale = _scale_part("population_scale")
+    memory = watch.TrialMemory.__new__(watch.TrialMemory)  # no cluster: only its samples
+    memory.cpu_series = {7: [(100.0, 2.0), (100.5, 3.0), (101.0, 3.5)]}
+    # Between two samples, the CPU at that moment on the line between them.
+    assert memory.cpu_at(7, 100.25) == pytest.approx(2.5)
+    assert memory.cpu_at(7, 100.5) == pytest.approx(3.0)  # on a sample: that sample's
+    # Not sampled on both sides (before the first sample, after the last, another
+    # process): unknown, not the nearest sample.
+    assert memory.cpu_at(7, 99.0) is None
+    assert memory.cpu_at(7, 101.5) is None
+    assert memory.cpu_at(8, 100.25) is None
+    # Tune stamps a result in whole seconds: the middle of the second, less the iteration.
+    began = scale.first_train_began({"timestamp": 110, "time_this_iter_s": 2.25})
+    assert began == pytest.approx(108.25)
