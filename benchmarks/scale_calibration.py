@@ -33,10 +33,13 @@ def calibration(
       size's median; the larger relative error of the two as small as it can be), the
       other constants as shipped (``shipped``: others; the counts hardly depend on them:
       they are figures of the population's scores, not of the machine's speed);
-    * fitted: a process's start, a result's fixed wait outside train(), its wait growing
-      with the trial processes per core (a factor and an exponent), and how much dearer a
-      train() is a process per core: the five, on a grid refined around its best point
-      (``grid``: another grid to start from), whose
+    * measured where the runs carry it (``start_cpu_s``: each trial process's CPU when its
+      first train() began): a process's start among the others, as the median over the
+      runs of its ratio to their probe's fresh process alone, times the median of those;
+    * fitted: a process's start (where not measured), a result's fixed wait outside
+      train(), its wait growing with the trial processes per core (a factor and an
+      exponent), and how much dearer a train() is a process per core: the five, on a grid
+      refined around its best point (``grid``: another grid to start from), whose
       simulated runs come nearest the median over each size's rounds of the results per
       second, of the share outside train() (the figures the benchmark's bar judges) and of
       the part of that share before the trials' first results (the largest relative error
@@ -72,6 +75,8 @@ def calibration(
     ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
     per_result = [c for f in rows if (c := result_cpu(f, shipped or MEASURED)) is not None]
     result_cpu_s = statistics.median(per_result) if per_result else 0.0
+    alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
+    start_ratio = measured_start_ratio(rows)
     exploits = exploits_of(experiment_scheduler())
     groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
     for f in rows:  # the rounds of each size (and search space: each its own probe)
@@ -174,8 +179,17 @@ def calibration(
         for k in (0.0, 0.004, 0.016)
         for d in (0.0, 0.02, 0.05)
     ]
+    if start_ratio is not None:  # measured: the grid keeps it
+        start_measured = start_ratio * statistics.median(alone)
+        grid = sorted({(start_measured, *point[1:]) for point in grid})
     best = min(grid, key=error)
-    steps = (1.0, 0.1, max(best[2], 0.002) / 2, 0.0, max(best[4], 0.01) / 2)
+    steps = (
+        0.0 if start_ratio is not None else 1.0,
+        0.1,
+        max(best[2], 0.002) / 2,
+        0.0,
+        max(best[4], 0.01) / 2,
+    )
     for _ in range(3):  # halve the steps around the best point so far
         near = {
             tuple(max(0.0, b + k * step) for b, k, step in zip(best, ks, steps, strict=True))
@@ -184,9 +198,8 @@ def calibration(
         best = min(near, key=error)
         steps = tuple(step / 2 for step in steps)
     start, rest, crowd, exponent, dearer = best
-    # The start is fitted in these runs' CPU seconds; the model prices it relative to their
+    # The start is in these runs' CPU seconds; the model prices it relative to their
     # probe's fresh process alone (nan: runs from before the probe measured it).
-    alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
     return {
         "start_s": start,
         "start_alone_s": statistics.median(alone) if alone else math.nan,
@@ -201,7 +214,20 @@ def calibration(
         "score_noise": score_noise,
         "clones_error": clones_error((score_noise, clone_share)),
         "largest_error": error(best),
+        "start_measured": float(start_ratio is not None),
     }
+
+
+def measured_start_ratio(rows: list[dict[str, Any]]) -> float | None:
+    """The median over the runs that measured their trial processes' starts of the ratio
+    of their median start to their probe's fresh process alone (None: no run did)."""
+    ratios = [
+        statistics.median(starts) / alone
+        for f in rows
+        if (starts := f.get("start_cpu_s"))
+        and (alone := f.get("forecast", {}).get("start_alone_s"))
+    ]
+    return statistics.median(ratios) if ratios else None
 
 
 def result_cpu(row: dict[str, Any], constants: Any) -> float | None:
@@ -211,8 +237,12 @@ def result_cpu(row: dict[str, Any], constants: Any) -> float | None:
     together are the trials' CPU less their starts, a result."""
     if "outside_between" not in row or row.get("trial_cpu_s") is None or not row["results"]:
         return None
-    start = row.get("forecast", {}).get("start_s") or constants.start_s
-    cpu = (row["trial_cpu_s"] - row["size"] * start) / row["results"]
+    starts = row.get("start_cpu_s")
+    if starts and len(starts) == row["size"]:  # each trial process's own, measured
+        spent = sum(starts)
+    else:
+        spent = row["size"] * (row.get("forecast", {}).get("start_s") or constants.start_s)
+    cpu = (row["trial_cpu_s"] - spent) / row["results"]
     ratio = row["outside_between"] / (1.0 - row["outside"])
     return cpu * ratio / (1.0 + ratio)
 

@@ -605,6 +605,9 @@ def test_population_scale_measures_a_results_own_cpu_from_the_time_between_resul
         "forecast": {"start_s": 5.0},
     }
     assert calibration.result_cpu(row, MEASURED) == pytest.approx(0.1)
+    # Each trial process's start measured: the trials' CPU less those, not the model's.
+    measured = {**row, "start_cpu_s": [4.0] * 4 + [6.0] * 4, "forecast": {"start_s": 99.0}}
+    assert calibration.result_cpu(measured, MEASURED) == pytest.approx(0.1)
     assert calibration.result_cpu({"size": 8, "results": 3}, MEASURED) is None  # no split
 
 
@@ -708,6 +711,20 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert fitted["clones_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
+    # Where the runs measured their trial processes' starts (the runs of 6: 1.25 times
+    # their probe's process alone, 6.4), the start is that, whatever the grid holds, and
+    # the rest is fitted around it.
+    for row in rows:
+        if row["size"] == 6:
+            row["start_cpu_s"] = [7.6, 8.0, 8.0, 8.0, 8.4, 9.0]
+    off_grid = [(10.0 if point[0] == 8.0 else point[0], *point[1:]) for point in grid]
+    measured = calibration.calibration(rows, grid=off_grid, shipped=truth)
+    assert measured["start_measured"] == 1.0
+    assert measured["start_s"] == pytest.approx(8.0)
+    assert measured["start_alone_s"] == 6.4
+    assert (measured["result_s"], measured["train_per_process"]) == (0.3, 0.05)
+    assert measured["largest_error"] < 0.01
+    assert fitted["start_measured"] == 0.0  # the first fit's, from no measured start
 
 
 def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:
