@@ -383,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --calibrate: also fit to these earlier runs (files --json wrote); with "
         '--sizes "" only to them, running nothing',
     )
+    parser.add_argument(
+        "--keep-clones",
+        action="store_true",
+        help="with --calibrate: keep the shipped scores' noise and clone share (the "
+        "population's counts, not the machine's) and fit the machine's constants only",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run (the test)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
@@ -398,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     if costs != ["searched"] and (args.lose_node or args.kill_driver):
         parser.error("--costs: the drills run the main experiment's search space")
     if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
-        calibrate([], args.with_runs)
+        calibrate([], args.with_runs, keep_clones=args.keep_clones)
         return 0
     if args.forecast_only:
         forecast_only(args, sizes, stops, costs)
@@ -455,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         left = cluster.stop()
     report(rows)
     if args.calibrate:
-        calibrate(rows, args.with_runs)
+        calibrate(rows, args.with_runs, keep_clones=args.keep_clones)
     if left:
         print(f"processes of the cluster left running: {left}")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")

@@ -19,6 +19,7 @@ def calibration(
     rows: list[dict[str, Any]],
     grid: list[tuple[float, ...]] | None = None,
     shipped: Any = None,
+    keep_clones: bool = False,
 ) -> dict[str, float]:
     """The constants of workbench/plan/population.py from these runs (each population
     placed at once; the train() costs are their probe's, which the runs carry):
@@ -32,7 +33,8 @@ def calibration(
       runs' clones and the iterations those skipped net (over the sizes, the sum of each
       size's median; the larger relative error of the two as small as it can be), the
       other constants as shipped (``shipped``: others; the counts hardly depend on them:
-      they are figures of the population's scores, not of the machine's speed);
+      they are figures of the population's scores, not of the machine's speed), or with
+      ``keep_clones`` the shipped pair;
     * measured where the runs carry it (``start_cpu_s``: each trial process's CPU when its
       first train() began): a process's start among the others, as the median over the
       runs of its ratio to their probe's fresh process alone, times the median of those;
@@ -136,7 +138,12 @@ def calibration(
         )
 
     score_noise, clone_share = 0.0, 1.0
-    if exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
+    if keep_clones:
+        score_noise, clone_share = (
+            (shipped or MEASURED).score_noise,
+            (shipped or MEASURED).clone_share,
+        )
+    elif exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
         shares = [i / 20 for i in range(20, -1, -1)] if exploits.tested else [1.0]
         # (Points that fit alike: the least noise, the largest share.)
         noises = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
@@ -310,7 +317,7 @@ def _median_clones(runs: list[dict[str, Any]]) -> float:
     return float(statistics.median(counts)) if counts else math.nan
 
 
-def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
+def calibrate(rows: list[dict[str, Any]], earlier: list[str], *, keep_clones: bool = False) -> None:
     """Prints the constants these runs and the earlier ones (files --json wrote) give: the
     runs stopped at their iterations, of either search space, each size and space priced
     from its own probe (the model's budget runs are checked, not fitted)."""
@@ -323,7 +330,7 @@ def calibrate(rows: list[dict[str, Any]], earlier: list[str]) -> None:
         runs += [f for f in json.loads(Path(extra).read_text()) if fitted(f)]
     if not runs:
         raise SystemExit("--calibrate: no timed runs to fit")
-    constants = calibration(runs)
+    constants = calibration(runs, keep_clones=keep_clones)
     print(f"\ncalibration on {len(runs)} runs, workbench/plan/population.py's Constants:")
     for name, value in constants.items():
         print(f"  {name} = {value:.4g}")

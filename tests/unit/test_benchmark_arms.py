@@ -569,8 +569,11 @@ def test_population_scale_calibrates_on_the_runs_stopped_at_their_iterations(
     calibration = _scale_part("scale_calibration")
     fitted: list[list[dict[str, object]]] = []
 
-    def fit(runs: list[dict[str, object]]) -> dict[str, float]:
+    kept: list[bool] = []
+
+    def fit(runs: list[dict[str, object]], *, keep_clones: bool) -> dict[str, float]:
         fitted.append(runs)
+        kept.append(keep_clones)
         return {"start_s": 5.0}
 
     monkeypatch.setattr(calibration, "calibration", fit)
@@ -587,6 +590,8 @@ def test_population_scale_calibrates_on_the_runs_stopped_at_their_iterations(
     # too; the budget's are checked against the model, not fitted.
     assert fitted == [[rows[0], rows[2], rows[3]]]
     assert "start_s = 5" in capsys.readouterr().out
+    calibration.calibrate(rows, [], keep_clones=True)  # --keep-clones
+    assert kept == [False, True]
 
 
 def test_population_scale_measures_a_results_own_cpu_from_the_time_between_results() -> None:
@@ -725,6 +730,11 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert (measured["result_s"], measured["train_per_process"]) == (0.3, 0.05)
     assert measured["largest_error"] < 0.01
     assert fitted["start_measured"] == 0.0  # the first fit's, from no measured start
+    # --keep-clones: the shipped pair stays (here far from the runs'), the rest is fitted.
+    shipped = replace(truth, score_noise=12.0, clone_share=0.9)
+    kept = calibration.calibration(rows, grid=grid, shipped=shipped, keep_clones=True)
+    assert (kept["score_noise"], kept["clone_share"]) == (12.0, 0.9)
+    assert kept["clones_error"] > 0.1
 
 
 def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:
