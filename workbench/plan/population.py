@@ -53,53 +53,51 @@ from workbench.trial.draws import draw_trials, random_search
 
 @dataclass(frozen=True, kw_only=True)
 class Constants:
-    """Seconds measured or fitted here by ``benchmarks/population_scale.py --calibrate
-    --keep-clones`` on the 8 runs of 6 December 18:54 UTC (4, 8, 16 and 32 trials of the
-    main experiment's space, and of it with ``num_epochs`` and ``minibatch_size`` fixed; 40
-    iterations each), each size and space priced by its own probe, the first runs that
-    measured each trial process's start; the fit's largest error over the runs' results a
-    second, share outside train() and share before the first result was 55% (the wide
-    space at 8 trials; docs/benchmarks/population-scale.md)."""
+    """Seconds measured or fitted here by ``benchmarks/population_scale.py --calibrate`` on
+    the 8 runs of 6 December 16:14 UTC (4, 8, 16 and 32 trials of the main experiment's
+    space, and of it with ``num_epochs`` and ``minibatch_size`` fixed; 40 iterations each),
+    each size and space priced by its own probe, the first whose learner updates each ran
+    on their own copy of the episodes; the fit's largest error over the runs' results a
+    second, share outside train() and share before the first result was 36%
+    (docs/benchmarks/population-scale.md)."""
 
     # A trial process's start, in CPU seconds, placed among the others of its population,
     # and a fresh process's start alone (what the probe measures: workbench/plan/
     # start_probe.py; the median over the runs that measured it). Where the probe measured
     # the start, a trial's is priced ``start_s / start_alone_s`` times that, so that it
-    # moves with the machine. Measured: each trial process's CPU when its first train()
-    # began, 1.38 times the probe's process alone (the median over the runs; 1.27-1.49,
-    # with no trend from 4 trials to 32).
-    start_s: float = 4.05
-    start_alone_s: float = 2.931
+    # moves with the machine. Fitted (to the share before the first results).
+    start_s: float = 3.25
+    start_alone_s: float = 3.245
     # A result's wait outside train() that takes no CPU of the trial's (Tune's loop, Ray's
     # calls): a fixed part, and a part that grows with the trial processes running per
     # core, ``result_s_per_process x crowd ** crowd_exponent`` (each hop of the result and
     # of the next call waits its turn among the processes on the cores). Fitted.
     result_s: float = 0.0
-    result_s_per_process: float = 0.022
+    result_s_per_process: float = 0.003
     crowd_exponent: float = 1.0
     # A train() costs more on crowded cores than the probe's, alone: this fraction more per
-    # trial process running per core. Fitted: 1.9 times the probe's at 16 processes a core
+    # trial process running per core. Fitted: twice the probe's at 16 processes a core
     # (32 trials on 2 cores), as the trials' CPU a result less their starts measured.
-    train_per_process: float = 0.05625
+    train_per_process: float = 0.06875
     # The driver's CPU per result (measured: its CPU over the results of the runs, the
     # benchmark's own sampling threads apart).
-    driver_s: float = 0.07596
+    driver_s: float = 0.07375
     # Ray's own processes on each node (its raylet, agents and idle workers): the share of
     # a core they keep busy, which the trials do not get (measured).
-    ray_cores_per_node: float = 0.05217
+    ray_cores_per_node: float = 0.05304
     # How a decision's score ranks a trial: its progress (iterations) plus a normal noise
     # of ``score_noise`` iterations (the evaluations' noise, members learning at unequal
     # speeds); and under a rule that clones only over a clear gain (the shipped default:
     # a Welch test on the evaluations), the share of the decisions with a donor that
     # clone. Fitted together to the clones and the iterations they skipped net (5% off,
-    # pooled over the 8 runs of 6 December 16:14 UTC; kept since).
+    # pooled over the sizes).
     clone_share: float = 0.65
     score_noise: float = 6.0
     # The trial process's own CPU for each result outside train() (handing the result to
     # Tune, the checkpoint it asks for): shared on the cores as a train() is, so that its
     # wall grows with the crowd alike. Measured (the median over the runs of their time
     # between results against their time in train(); ``scale_calibration.result_cpu``).
-    result_cpu_s: float = 0.04949
+    result_cpu_s: float = 0.04334
 
 
 MEASURED = Constants()
