@@ -75,7 +75,8 @@ def calibration(
     cores = probe["cores"]
     driver = sum(f["driver_cpu_s"] for f in rows) / max(sum(f["results"] for f in rows), 1)
     ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
-    per_result = [c for f in rows if (c := result_cpu(f, shipped or MEASURED)) is not None]
+    shipped = shipped or MEASURED
+    per_result = [c for f in rows if (c := result_cpu(f, shipped)) is not None]
     result_cpu_s = statistics.median(per_result) if per_result else 0.0
     alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
     start_ratio = measured_start_ratio(rows)
@@ -116,7 +117,7 @@ def calibration(
         """The larger relative error of the clones and of the calls they skipped."""
         noise, share = point
         constants = replace(
-            shipped or MEASURED,
+            shipped,
             driver_s=driver,
             ray_cores_per_node=ray,
             result_cpu_s=result_cpu_s,
@@ -139,10 +140,7 @@ def calibration(
 
     score_noise, clone_share = 0.0, 1.0
     if keep_clones:
-        score_noise, clone_share = (
-            (shipped or MEASURED).score_noise,
-            (shipped or MEASURED).clone_share,
-        )
+        score_noise, clone_share = shipped.score_noise, shipped.clone_share
     elif exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
         shares = [i / 20 for i in range(20, -1, -1)] if exploits.tested else [1.0]
         # (Points that fit alike: the least noise, the largest share.)
