@@ -138,6 +138,46 @@ def checkpoint_index(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def written_checkpoint_indices(filesystem: Any, trial_path: str) -> list[int]:
+    """The indices of the checkpoint folders in a trial's folder on its storage (a
+    pyarrow filesystem), in ascending order."""
+    import pyarrow.fs
+
+    selector = pyarrow.fs.FileSelector(trial_path, allow_not_found=True)
+    found = []
+    for info in filesystem.get_file_info(selector):
+        match = _CHECKPOINT_NAME.match(info.base_name)
+        if match and info.type == pyarrow.fs.FileType.Directory:
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def skip_written_checkpoints(storage: Any) -> int | None:
+    """Moves a trial's checkpoint counter past every checkpoint folder it already has, so
+    that its next save writes a new folder; returns the counter's old value when it
+    moved it, else None.
+
+    Tune numbers a trial's checkpoint folders with a counter its trainable and the driver
+    each advance, the driver only when it processes a save's result, and a new or
+    reused trial process takes the driver's (Ray 2.60: ``StorageContext.
+    current_checkpoint_index``; the save goes to the folder one past it). A save whose
+    result the driver drops, as it does when a trial is paused or cloned over while
+    saving, leaves the driver's counter one behind, and the trial's next process saved
+    into the folder that save had written. A donor caught so at a synchronous PBT
+    decision wrote its next iteration over the checkpoint its clone was about to
+    restore, and the clone went on an iteration past the checkpoint its lineage named."""
+    filesystem = getattr(storage, "storage_filesystem", None)
+    trial_path = getattr(storage, "trial_fs_path", None)
+    current = getattr(storage, "current_checkpoint_index", None)
+    if filesystem is None or not isinstance(trial_path, str) or not isinstance(current, int):
+        return None
+    written = written_checkpoint_indices(filesystem, trial_path)
+    if not written or written[-1] <= current:
+        return None
+    storage.current_checkpoint_index = written[-1]
+    return current
+
+
 @dataclass(frozen=True)
 class RestoreChoice:
     path: Path  # the checkpoint to restore

@@ -44,6 +44,7 @@ from workbench.trial.manifest import (
     policy_settings,
     problem,
     restore_choice,
+    skip_written_checkpoints,
     write_manifest,
 )
 from workbench.trial.observation_filter import runner_stats
@@ -208,8 +209,10 @@ def seeded_trainable(
             )
 
         def save(self, checkpoint_dir: str | None = None) -> Any:
-            """Tune's save (the checkpoint copied into the trial folder), checked there:
-            a copy cut short fails the save, not a later restore."""
+            """Tune's save (the checkpoint copied into the trial folder), into a folder the
+            trial has not written before, checked there: a copy cut short fails the save,
+            not a later restore."""
+            skip_written_checkpoints(self._storage)  # a folder is written once
             saved = super().save(checkpoint_dir)
             path = local_checkpoint_folder(getattr(saved, "checkpoint", None))
             if path is not None:

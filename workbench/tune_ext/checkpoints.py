@@ -38,6 +38,7 @@ from ray.tune.execution.tune_controller import TuneController
 from ray.tune.utils.serialization import TuneFunctionDecoder
 
 from workbench.names import CHECKPOINT_FALLBACK_KEY, trial_name
+from workbench.trial.manifest import checkpoint_index, written_checkpoint_indices
 from workbench.tune_ext import state_sync
 
 logger = logging.getLogger(__name__)
@@ -199,12 +200,18 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
 
         manager = trial.run_metadata.checkpoint_manager
         results = list(manager._checkpoint_results)
-        if len(results) <= self.keep:
+        orphans = unregistered_checkpoints(trial, results)
+        if len(results) <= self.keep and not orphans:
             return
         protected = self.in_use(trials)
         try:
             protected |= self.in_snapshots(trial)
         except _Unreadable:
+            return
+        for orphan in orphans:
+            if orphan not in protected:
+                self._delete(trial.storage.storage_filesystem, orphan)
+        if len(results) <= self.keep:
             return
         kept = []
         for position, result in enumerate(results):
@@ -213,12 +220,48 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
             if newest or path is None or path in protected:
                 kept.append(result)
                 continue
-            try:
-                _delete_fs_path(fs=result.checkpoint.filesystem, fs_path=result.checkpoint.path)
-                self.deleted.append(path)
-            except FileNotFoundError:
-                pass
-            except OSError as err:  # keep bookkeeping honest, try again next time
-                logger.warning("could not delete checkpoint %s: %s", path, err)
-                kept.append(result)
+            if not self._delete(result.checkpoint.filesystem, result.checkpoint.path):
+                kept.append(result)  # keep bookkeeping honest, try again next time
         manager._checkpoint_results = kept
+
+    def _delete(self, filesystem: Any, path: str) -> bool:
+        """Deletes a checkpoint folder; False when it is still there."""
+        try:
+            _delete_fs_path(fs=filesystem, fs_path=path)
+            self.deleted.append(os.path.normpath(path))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            logger.warning("could not delete checkpoint %s: %s", path, err)
+            return False
+        return True
+
+
+def unregistered_checkpoints(trial: Any, results: list[Any]) -> list[str]:
+    """The trial's checkpoint folders that Tune never registered, older than its newest
+    registered one: saves whose results the driver dropped when the trial was paused or
+    cloned over while saving (workbench.trial.manifest.skip_written_checkpoints). Tune
+    does not know them, so it would never prune them; the folder a donor saved that way
+    can still be the one PBT hands a clone (``in_use`` keeps it while it is)."""
+    storage = getattr(trial, "storage", None)
+    filesystem = getattr(storage, "storage_filesystem", None)
+    trial_path = getattr(storage, "trial_fs_path", None)
+    if filesystem is None or not isinstance(trial_path, str):
+        return []
+    registered = {_path_of(result) for result in results}
+    folder = os.path.normpath(trial_path)
+    own = [
+        index
+        for path in registered
+        if path is not None and os.path.dirname(path) == folder
+        for index in [checkpoint_index(Path(path))]
+        if index is not None
+    ]
+    if not own:
+        return []
+    paths = (
+        os.path.join(folder, f"checkpoint_{index:06d}")
+        for index in written_checkpoint_indices(filesystem, trial_path)
+        if index < max(own)
+    )
+    return [path for path in paths if path not in registered]
