@@ -109,23 +109,35 @@ def _left(tmp_path: Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in (tmp_path / "trial").iterdir())
 
 
-def test_a_folder_tune_never_registered_is_pruned(tmp_path: Path) -> None:
-    """Folder 1: a save whose result the driver dropped. Folder 5: a save still being
-    written (newer than the newest Tune registered), left alone."""
-    trial = _trial(tmp_path, registered=[0, 2, 3], unregistered=[1, 5])
+def test_a_folder_tune_never_registered_is_pruned_with_the_old_ones(tmp_path: Path) -> None:
+    """Folder 1: a save whose result the driver dropped, older than the 3 kept. Folder 5:
+    a save still being written, newer than any Tune registered: left alone."""
+    trial = _trial(tmp_path, registered=[0, 2, 3, 4], unregistered=[1, 5])
     guard = CheckpointGuard(keep=3, scheduler=SimpleNamespace(_trial_state={}))
     guard.on_checkpoint(0, [trial], trial, trial.checkpoint)
-    assert _left(tmp_path) == [0, 2, 3, 5]
-    assert guard.deleted == [str(tmp_path / "trial" / "checkpoint_000001")]
+    assert _left(tmp_path) == [2, 3, 4, 5]
+    assert sorted(guard.deleted) == [
+        str(tmp_path / "trial" / f"checkpoint_{i:06d}") for i in (0, 1)
+    ]
+
+
+def test_an_unregistered_folder_among_the_kept_ones_is_left(tmp_path: Path) -> None:
+    """Folder 2: a save whose result reaches the driver after a later one's (PBT waited on
+    it itself); pruned, a killed driver's snapshot named it as the trial's restore point
+    (the soak test, once)."""
+    trial = _trial(tmp_path, registered=[0, 1, 3, 4], unregistered=[2])
+    guard = CheckpointGuard(keep=3, scheduler=SimpleNamespace(_trial_state={}))
+    guard.on_checkpoint(0, [trial], trial, trial.checkpoint)
+    assert _left(tmp_path) == [1, 2, 3, 4]
 
 
 def test_an_unregistered_folder_pbt_hands_a_clone_is_kept(tmp_path: Path) -> None:
     """A donor's save PBT waited for itself: Tune dropped its result, but the clone is
     still to restore it."""
-    trial = _trial(tmp_path, registered=[0, 2], unregistered=[1])
+    trial = _trial(tmp_path, registered=[0, 2, 3, 4], unregistered=[1])
     handed = Checkpoint(str(tmp_path / "trial" / "checkpoint_000001"))
     scheduler = SimpleNamespace(_trial_state={"donor": SimpleNamespace(last_checkpoint=handed)})
     guard = CheckpointGuard(keep=3, scheduler=scheduler)
     guard.on_checkpoint(0, [trial], trial, trial.checkpoint)
-    assert _left(tmp_path) == [0, 1, 2]
-    assert guard.deleted == []
+    assert _left(tmp_path) == [1, 2, 3, 4]
+    assert guard.deleted == [str(tmp_path / "trial" / "checkpoint_000000")]

@@ -200,19 +200,16 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
 
         manager = trial.run_metadata.checkpoint_manager
         results = list(manager._checkpoint_results)
-        orphans = unregistered_checkpoints(trial, results)
-        if len(results) <= self.keep and not orphans:
+        if len(results) <= self.keep:
             return
         protected = self.in_use(trials)
         try:
             protected |= self.in_snapshots(trial)
         except _Unreadable:
             return
-        for orphan in orphans:
+        for orphan in unregistered_checkpoints(trial, results, self.keep):
             if orphan not in protected:
                 self._delete(trial.storage.storage_filesystem, orphan)
-        if len(results) <= self.keep:
-            return
         kept = []
         for position, result in enumerate(results):
             path = _path_of(result)
@@ -237,31 +234,35 @@ class CheckpointGuard(Callback):  # type: ignore[misc]
         return True
 
 
-def unregistered_checkpoints(trial: Any, results: list[Any]) -> list[str]:
-    """The trial's checkpoint folders that Tune never registered, older than its newest
-    registered one: saves whose results the driver dropped when the trial was paused or
-    cloned over while saving (workbench.trial.manifest.skip_written_checkpoints). Tune
-    does not know them, so it would never prune them; the folder a donor saved that way
-    can still be the one PBT hands a clone (``in_use`` keeps it while it is)."""
+def unregistered_checkpoints(trial: Any, results: list[Any], keep: int) -> list[str]:
+    """The trial's checkpoint folders that Tune has not registered and that are older
+    than every one of the ``keep`` it registered last: saves whose results the driver
+    dropped when the trial was paused or cloned over while saving
+    (workbench.trial.manifest.skip_written_checkpoints). Tune does not know them, so it
+    would never prune them. A newer one may be a save whose result is still on its way:
+    a save's result can reach the driver after a later one's (PBT waits on the save it
+    asked for itself), and pruned then, a killed driver's snapshot named it as the
+    trial's restore point. The folder a donor saved that way can still be the one PBT
+    hands a clone (``in_use`` keeps it while it is)."""
     storage = getattr(trial, "storage", None)
     filesystem = getattr(storage, "storage_filesystem", None)
     trial_path = getattr(storage, "trial_fs_path", None)
-    if filesystem is None or not isinstance(trial_path, str):
+    if filesystem is None or not isinstance(trial_path, str) or len(results) <= keep:
         return []
-    registered = {_path_of(result) for result in results}
     folder = os.path.normpath(trial_path)
-    own = [
+    registered = {_path_of(result) for result in results}
+    kept = [
         index
-        for path in registered
+        for path in (_path_of(result) for result in results[-keep:])
         if path is not None and os.path.dirname(path) == folder
         for index in [checkpoint_index(Path(path))]
         if index is not None
     ]
-    if not own:
+    if len(kept) < keep:
         return []
     paths = (
         os.path.join(folder, f"checkpoint_{index:06d}")
         for index in written_checkpoint_indices(filesystem, trial_path)
-        if index < max(own)
+        if index < min(kept)
     )
     return [path for path in paths if path not in registered]
