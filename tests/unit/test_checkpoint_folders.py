@@ -1,6 +1,7 @@
 """A trial's checkpoint folders are written once: a save never lands in a folder the trial
 already has, though the driver's checkpoint counter lags (Tune's StorageContext, Ray
-2.60), and the folders Tune never registered are pruned like the rest."""
+2.60), and a folder Tune never registered is pruned once it is older than every
+checkpoint the trial keeps."""
 
 from __future__ import annotations
 
