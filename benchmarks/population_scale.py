@@ -89,6 +89,7 @@ from benchmarks.scale_drills import NodeLoss, drill_checks, driver_drill
 from benchmarks.scale_report import population_label, report
 from benchmarks.scale_setup import COSTS, planned, probe, write_experiment
 from benchmarks.scale_watch import (
+    CheckpointFolders,
     PlacementWatch,
     TrialMemory,
     clone_jumps,
@@ -132,6 +133,7 @@ def run_size(
     with (
         TrialMemory(raylets, cluster) as memory,
         PlacementWatch(labels, expected=None if args.lose_node else size) as placement,
+        CheckpointFolders(resolved.results_dir) as folders,
         loss if args.lose_node else contextlib.nullcontext(),
     ):
         summary, fit = timed_launch_run(resolved)
@@ -226,6 +228,11 @@ def run_size(
                 "runners": rate.runners,
             },
         }
+    folders.look()  # the folders left at the end, should the last sample have missed them
+    figures["checkpoint_folders"] = {
+        "keep": resolved.experiment.checkpoint.keep,
+        "peaks": sorted(folders.peak.values()),
+    }
     figures["clones"] = clone_jumps(resolved.results_dir)
     if len(trials) == size:
         figures.update(outside_train_split(trials, fit))

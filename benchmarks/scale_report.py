@@ -101,6 +101,15 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"trials that finished first waited {statistics.median(ends) - end:.0f} s "
                     f"(median) for the slowest ({100 * (sum(ends) - len(ends) * end) / slot:.1f}%)"
                 )
+            held = f.get("checkpoint_folders")
+            if held and held["peaks"]:
+                peaks = held["peaks"]
+                print(
+                    f"  checkpoint folders a trial held at once (sampled every 2 s): "
+                    f"{statistics.median(peaks):g} median, {peaks[-1]} at most, "
+                    f"{sum(p > held['keep'] for p in peaks)} of {len(peaks)} trials over "
+                    f"checkpoint.keep ({held['keep']})"
+                )
             clones = f.get("clones")
             if clones:
                 predicted = f.get("forecast", {}).get("results")

@@ -199,6 +199,32 @@ class PlacementWatch(Watch):
         return sum(len(set(group)) > 1 for group in self.groups)
 
 
+class CheckpointFolders(Watch):
+    """The most checkpoint folders each trial held at once, sampled every ``period_s``:
+    Tune prunes the checkpoints it registered down to ``checkpoint.keep``, and the
+    workbench's guard prunes a folder whose save Tune dropped only once it is older than
+    every one kept (``workbench/tune_ext/checkpoints.py``), so a trial may hold a few more
+    for a while."""
+
+    def __init__(self, results_dir: Path, period_s: float = 2.0) -> None:
+        self.results_dir = results_dir
+        self.period_s = period_s
+        self.peak: dict[str, int] = {}  # trial folder -> most checkpoint folders at once
+        super().__init__(self._sample)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.look()
+
+    def look(self) -> None:
+        with contextlib.suppress(OSError):  # a folder may go between the listing and the look
+            for trial in self.results_dir.iterdir():
+                if trial.is_dir():
+                    held = sum(1 for _ in trial.glob("checkpoint_*"))
+                    if held > self.peak.get(trial.name, 0):
+                        self.peak[trial.name] = held
+
+
 # Machine-wide counters read before and after a run: memory pressure (major page faults,
 # pages the kernel scanned to reclaim, by kswapd and directly by a process that allocated)
 # and context switches, to tell a crowded machine's CPU from a short-of-memory one's.

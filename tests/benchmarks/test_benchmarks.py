@@ -274,6 +274,11 @@ def test_population_scale_runs_a_population_on_a_local_cluster_and_stops_it(
     assert 2 <= len(starts) <= 4 and starts == sorted(starts)
     assert all(0.5 < s < 5 * row["forecast"]["start_alone_s"] for s in starts), starts
     assert "a trial process's CPU when its first train() began:" in result.stdout
+    # The checkpoint folders each trial held at once: 2 iterations at a checkpoint every 2
+    # (and at the end) leave one or two, within checkpoint.keep.
+    held = row["checkpoint_folders"]
+    assert len(held["peaks"]) == 4 and all(1 <= p <= held["keep"] for p in held["peaks"]), held
+    assert "checkpoint folders a trial held at once" in result.stdout
     # Every trial process was seen, with its memory, on one of the two nodes.
     assert row["trial_processes"] >= 4 and row["rss_median_mb"] > 50
     assert set(row["per_node"]) <= {"node_0", "node_1"}

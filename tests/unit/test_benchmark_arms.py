@@ -471,6 +471,24 @@ def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path:
     }
 
 
+def test_population_scale_keeps_the_most_checkpoint_folders_each_trial_held(
+    tmp_path: Path,
+) -> None:
+    watch = _scale_part("scale_watch")
+    folders = watch.CheckpointFolders(tmp_path)
+    for name, held in (("PPO_a", 3), ("PPO_b", 1)):
+        for k in range(held):
+            (tmp_path / name / f"checkpoint_{k:06d}").mkdir(parents=True)
+    (tmp_path / "PPO_a" / "result.json").write_text("")
+    (tmp_path / "lineage.jsonl").write_text("")  # not a trial's folder
+    folders.look()
+    # A folder pruned later does not lower the peak; one more raises it.
+    (tmp_path / "PPO_a" / "checkpoint_000000").rmdir()
+    (tmp_path / "PPO_b" / "checkpoint_000001").mkdir()
+    folders.look()
+    assert folders.peak == {"PPO_a": 3, "PPO_b": 2}
+
+
 def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
