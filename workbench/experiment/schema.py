@@ -355,7 +355,11 @@ class StopSection(_Strict):
 class CheckpointSection(_Strict):
     frequency: PositiveInt = Field(4, description="Checkpoint every this many iterations.")
     keep: PositiveInt = Field(
-        4, description="Checkpoints kept per trial (PBT/PB2 need >= 3: a donor's must survive)."
+        4,
+        description="Checkpoints kept per trial: the newest this many, and besides them "
+        "those a clone or a trial is about to restore and those a resume would start from, "
+        "so a trial can hold a few more for a while (docs/resume.md). PBT/PB2 need >= 3: "
+        "a donor's must survive.",
     )
     at_end: bool = Field(True, description="Checkpoint when a trial finishes.")
 
