@@ -140,7 +140,7 @@ def run_size(
     cpu_after = os.times()
     counters_after = machine_counters()
     # The driver's work: its process's CPU less the benchmark's own sampling threads'.
-    watching_cpu_s = memory.own_cpu_s + placement.own_cpu_s
+    watching_cpu_s = memory.own_cpu_s + placement.own_cpu_s + folders.own_cpu_s
     driver_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
     driver_cpu_s -= watching_cpu_s
     if summary.errors:

@@ -200,21 +200,23 @@ class PlacementWatch(Watch):
 
 
 class CheckpointFolders(Watch):
-    """The most checkpoint folders each trial held at once, sampled every ``period_s``:
-    Tune prunes the checkpoints it registered down to ``checkpoint.keep``, and the
-    workbench's guard prunes a folder whose save Tune dropped only once it is older than
-    every one kept (``workbench/tune_ext/checkpoints.py``), so a trial may hold a few more
-    for a while."""
+    """The most checkpoint folders each trial held at once, sampled every ``period_s``.
+    The workbench prunes a trial's checkpoints to its newest ``checkpoint.keep`` after each
+    one, but keeps those a clone, a trial or a resume still needs, and a folder whose save
+    Tune dropped until it is older than every one kept (``workbench/tune_ext/
+    checkpoints.py``), so a trial may hold more for a while."""
 
     def __init__(self, results_dir: Path, period_s: float = 2.0) -> None:
         self.results_dir = results_dir
         self.period_s = period_s
         self.peak: dict[str, int] = {}  # trial folder -> most checkpoint folders at once
+        self.own_cpu_s = 0.0  # the sampling thread's CPU, which is not the driver's work
         super().__init__(self._sample)
 
     def _sample(self) -> None:
         while not self._stop.wait(self.period_s):
             self.look()
+        self.own_cpu_s = time.thread_time()
 
     def look(self) -> None:
         with contextlib.suppress(OSError):  # a folder may go between the listing and the look
