@@ -231,6 +231,7 @@ def run_size(
     folders.look()  # the folders left at the end, should the last sample have missed them
     figures["checkpoint_folders"] = {
         "keep": resolved.experiment.checkpoint.keep,
+        "period_s": folders.period_s,
         "peaks": sorted(folders.peak.values()),
     }
     figures["clones"] = clone_jumps(resolved.results_dir)

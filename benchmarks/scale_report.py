@@ -105,7 +105,8 @@ def report(every: list[dict[str, Any]]) -> None:
             if held and held["peaks"]:
                 peaks = held["peaks"]
                 print(
-                    f"  checkpoint folders a trial held at once (sampled every 2 s): "
+                    f"  checkpoint folders a trial held at once (sampled every "
+                    f"{held.get('period_s', 2.0):g} s): "
                     f"{statistics.median(peaks):g} median, {peaks[-1]} at most, "
                     f"{sum(p > held['keep'] for p in peaks)} of {len(peaks)} trials over "
                     f"checkpoint.keep ({held['keep']})"
