@@ -23,6 +23,7 @@ from workbench.trial.candidates import (
     kept,
     read_result,
 )
+from workbench.tune_ext.result_files import result_loggers
 
 ITERATIONS = 4
 SHORT_EPISODES = 5
@@ -229,6 +230,10 @@ def _exploits(
             # checkpoints.py): with Tune's num_to_keep, a donor this quick deletes the
             # checkpoint its clone is about to restore.
             checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1, num_to_keep=None),
+            # The workbench's result.json, as its runs write it: Tune's own logger copies a
+            # stale synced copy back over a trial's rows when it is cloned over, and the
+            # rows from before the exploit can go (workbench/tune_ext/result_files.py).
+            callbacks=result_loggers(),
             verbose=0,
         ),
     )
