@@ -215,7 +215,8 @@ def run_size(
             "cores": forecast.cores,
             "iteration_cpu_s": forecast.costs.iteration_cpu_s,
             "iteration_costs": forecast.costs.iterations,  # (CPU s, own s) of the draws
-            "start_s": forecast.costs.start_s,  # a trial process's, among the others
+            "start_s": forecast.costs.start_s,  # a trial process's, with no crowd
+            "start_crowded_s": forecast.start_s,  # among this population's processes
             "start_alone_s": forecast.costs.start_measured_s,  # the probe's fresh process
             # The same of each trial's own first draw, in the run's order (None: unknown).
             "drawn_costs": forecast.costs.drawn,

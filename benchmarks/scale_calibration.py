@@ -36,8 +36,10 @@ def calibration(
       they are figures of the population's scores, not of the machine's speed), or with
       ``keep_clones`` the shipped pair;
     * measured where the runs carry it (``start_cpu_s``: each trial process's CPU when its
-      first train() began): a process's start among the others, as the median over the
-      runs of its ratio to their probe's fresh process alone, times the median of those;
+      first train() began): a process's start, as a line in the trial processes per core
+      through each run's ratio of its median start to its probe's fresh process alone
+      (``measured_start``): the line's ratio with no crowd times the median of the probes'
+      starts, and the fraction more per process a core (``start_per_process``);
     * fitted: a process's start (where not measured), a result's fixed wait outside
       train(), its wait growing with the trial processes per core (a factor and an
       exponent), and how much dearer a train() is a process per core: the five, on a grid
@@ -79,7 +81,8 @@ def calibration(
     per_result = [c for f in rows if (c := result_cpu(f, shipped)) is not None]
     result_cpu_s = statistics.median(per_result) if per_result else 0.0
     alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
-    start_ratio = measured_start_ratio(rows)
+    start_line = measured_start(rows)
+    start_per_process = start_line[1] if start_line is not None else shipped.start_per_process
     exploits = exploits_of(experiment_scheduler())
     groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
     for f in rows:  # the rounds of each size (and search space: each its own probe)
@@ -123,6 +126,7 @@ def calibration(
             result_cpu_s=result_cpu_s,
             clone_share=share,
             score_noise=noise,
+            start_per_process=start_per_process,
         )
         clones = skipped = clones_measured = skipped_measured = 0.0
         for fc, figures in forecasts(constants):
@@ -162,6 +166,7 @@ def calibration(
             result_cpu_s=result_cpu_s,
             clone_share=clone_share,
             score_noise=score_noise,
+            start_per_process=start_per_process,
         )
         worst = 0.0
         for fc, (rate, outside, before, *_) in forecasts(constants):
@@ -184,12 +189,12 @@ def calibration(
         for k in (0.0, 0.004, 0.016)
         for d in (0.0, 0.02, 0.05)
     ]
-    if start_ratio is not None:  # measured: the grid keeps it
-        start_measured = start_ratio * statistics.median(alone)
+    if start_line is not None:  # measured: the grid keeps it
+        start_measured = start_line[0] * statistics.median(alone)
         grid = sorted({(start_measured, *point[1:]) for point in grid})
     best = min(grid, key=error)
     steps = (
-        0.0 if start_ratio is not None else 1.0,
+        0.0 if start_line is not None else 1.0,
         0.1,
         max(best[2], 0.002) / 2,
         0.0,
@@ -208,6 +213,7 @@ def calibration(
     return {
         "start_s": start,
         "start_alone_s": statistics.median(alone) if alone else math.nan,
+        "start_per_process": start_per_process,
         "result_s": rest,
         "result_s_per_process": crowd,
         "crowd_exponent": exponent,
@@ -219,20 +225,33 @@ def calibration(
         "score_noise": score_noise,
         "clones_error": clones_error((score_noise, clone_share)),
         "largest_error": error(best),
-        "start_measured": float(start_ratio is not None),
+        "start_measured": float(start_line is not None),
     }
 
 
-def measured_start_ratio(rows: list[dict[str, Any]]) -> float | None:
-    """The median over the runs that measured their trial processes' starts of the ratio
-    of their median start to their probe's fresh process alone (None: no run did)."""
-    ratios = [
-        statistics.median(starts) / alone
+def measured_start(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """A trial process's start against its probe's fresh process alone, from the runs that
+    measured their trial processes' starts (None: no run did): each run's median start over
+    its probe's, as a line in the trial processes per core of its population, least squares
+    over the runs: (the ratio with no crowd, the fraction more per process a core). Runs
+    of one crowd only give their median ratio and no growth."""
+    points = [
+        (f["size"] * (1 + int(f.get("env_runners", 0))) / f["forecast"]["cores"], ratio)
         for f in rows
         if (starts := f.get("start_cpu_s"))
         and (alone := f.get("forecast", {}).get("start_alone_s"))
+        and (ratio := statistics.median(starts) / alone) > 0
     ]
-    return statistics.median(ratios) if ratios else None
+    if not points:
+        return None
+    crowds = [c for c, _ in points]
+    ratios = [r for _, r in points]
+    if len(set(crowds)) < 2:
+        return statistics.median(ratios), 0.0
+    slope, intercept = statistics.linear_regression(crowds, ratios)
+    if intercept <= 0:
+        return statistics.median(ratios), 0.0
+    return intercept, max(0.0, slope / intercept)
 
 
 def result_cpu(row: dict[str, Any], constants: Any) -> float | None:

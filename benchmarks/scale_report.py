@@ -85,7 +85,8 @@ def report(every: list[dict[str, Any]]) -> None:
                     f"{statistics.median(starts):.2f} s median [{starts[0]:.2f}-{starts[-1]:.2f}]"
                     f" over {len(starts)}"
                     + (
-                        f"; the model's start among the others {fc['start_s']:.2f}, the "
+                        f"; the model's start among them "
+                        f"{fc.get('start_crowded_s', fc['start_s']):.2f}, the "
                         f"probe's fresh process alone {fc['start_alone_s']:.2f}"
                         if fc.get("start_s") is not None and fc.get("start_alone_s") is not None
                         else ""

@@ -634,6 +634,32 @@ def test_population_scale_measures_a_results_own_cpu_from_the_time_between_resul
     assert calibration.result_cpu({"size": 8, "results": 3}, MEASURED) is None  # no split
 
 
+def test_population_scale_measures_a_start_as_a_line_in_the_processes_per_core() -> None:
+    measured_start = _scale_part("scale_calibration").measured_start
+
+    def run(size: int, median: float, runners: int = 0) -> dict[str, Any]:
+        starts = [median - 1.0, median, median + 3.0]
+        return {
+            "size": size,
+            "env_runners": runners,
+            "start_cpu_s": starts,
+            "forecast": {"cores": 2.0, "start_alone_s": 4.0},
+        }
+
+    assert measured_start([{"size": 4, "forecast": {"cores": 2.0}}]) is None
+    # One crowd: the median ratio, no growth measured.
+    assert measured_start([run(8, 4.4), run(8, 4.8), run(8, 6.0)]) == (
+        pytest.approx(1.2),
+        0.0,
+    )
+    # 1.1 times alone with no crowd, 5% more a process per core: 2 a core at 4 trials, 16
+    # at 32; a trial of 1 process and 3 env runners counts 4.
+    line = measured_start(
+        [run(4, 4.0 * 1.1 * 1.1), run(32, 4.0 * 1.1 * 1.8), run(2, 4.0 * 1.1 * 1.2, runners=3)]
+    )
+    assert line == (pytest.approx(1.1), pytest.approx(0.05))
+
+
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
     from workbench.plan.population import (
         Constants,
@@ -661,6 +687,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     )
     truth = Constants(
         start_s=8.0,
+        start_per_process=0.02,
         result_s=0.3,
         result_s_per_process=0.02,
         crowd_exponent=2.0,
@@ -706,8 +733,8 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
                         "cores": 2.0,
                         "iteration_costs": [list(d) for d in draws],
                         "drawn_costs": own[size] and [list(d) for d in own[size]],
-                        # The probe's fresh process alone (the runs of 12 are older).
-                        "start_alone_s": 6.4 if size == 6 else None,
+                        # The probe's fresh process alone.
+                        "start_alone_s": 6.4,
                     },
                 }
             )
@@ -734,16 +761,20 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert fitted["clones_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
-    # Where the runs measured their trial processes' starts (the runs of 6: 1.25 times
-    # their probe's process alone, 6.4), the start is that, whatever the grid holds, and
-    # the rest is fitted around it.
+    assert fitted["start_per_process"] == 0.02  # the shipped one: no run measured a start
+    # Where the runs measured their trial processes' starts (1.25 times their probe's
+    # process alone, 6.4, with no crowd, and 2% more a process per core: 3 a core at 6
+    # trials, 6 at 12), the start and its growth are those, whatever the grid holds and
+    # whatever was shipped, and the rest is fitted around them.
     for row in rows:
-        if row["size"] == 6:
-            row["start_cpu_s"] = [7.6, 8.0, 8.0, 8.0, 8.4, 9.0]
+        median = 6.4 * 1.25 * (1 + 0.02 * row["size"] / 2.0)
+        row["start_cpu_s"] = [median - 0.4, median, median, median + 0.1, median + 0.5]
     off_grid = [(10.0 if point[0] == 8.0 else point[0], *point[1:]) for point in grid]
-    measured = calibration.calibration(rows, grid=off_grid, shipped=truth)
+    shipped_flat = replace(truth, start_per_process=0.0)
+    measured = calibration.calibration(rows, grid=off_grid, shipped=shipped_flat)
     assert measured["start_measured"] == 1.0
     assert measured["start_s"] == pytest.approx(8.0)
+    assert measured["start_per_process"] == pytest.approx(0.02)
     assert measured["start_alone_s"] == 6.4
     assert (measured["result_s"], measured["train_per_process"]) == (0.3, 0.05)
     assert measured["largest_error"] < 0.01

@@ -158,6 +158,39 @@ def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
     assert crowded.wall_s == pytest.approx(8 * (8.0 + 10 * 0.7) / 2)
 
 
+def test_a_start_costs_more_with_more_trial_processes_per_core() -> None:
+    assert Costs(1, 5.0, 0.0, 0.0, start_per_process=0.1).start(4.0) == pytest.approx(7.0)
+    # The first trials start together: every start among all of them (8 on 2 cores is 4 a
+    # core: 40% more), as if a start simply cost that; the calls after are unchanged.
+    crowded = forecast(
+        costs(result_s=0.0, driver_s=0.0, start_per_process=0.1),
+        trials=8,
+        at_once=8,
+        cores=2,
+        iterations=10,
+    )
+    dearer = forecast(
+        costs(result_s=0.0, driver_s=0.0, start_s=8.0 * 1.4),
+        trials=8,
+        at_once=8,
+        cores=2,
+        iterations=10,
+    )
+    assert crowded.wall_s == pytest.approx(dearer.wall_s)
+    assert crowded.before == pytest.approx(dearer.before)
+    assert crowded.wall_s == pytest.approx(8 * (8.0 * 1.4 + 10 * 0.5) / 2)
+    # A trial that starts alone, in a slot freed by one that ended, pays the crowd then
+    # under way: two slots, so never more than one other trial running beside it.
+    waves = forecast(
+        costs(result_s=0.0, driver_s=0.0, start_per_process=0.1),
+        trials=4,
+        at_once=2,
+        cores=2,
+        iterations=10,
+    )
+    assert waves.wall_s == pytest.approx(2 * (8.0 * 1.1 + 10 * 0.5))
+
+
 def test_the_crowd_thins_as_members_stop_and_stays_to_the_end_under_a_budget() -> None:
     # Four trials, a core each, 1 a core while all are under way: a train() 25% dearer.
     sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0, train_per_process=0.25)
@@ -470,20 +503,23 @@ def test_a_measured_start_prices_the_trials_start_relative_to_the_constants_own(
     assert plan.config is not None and plan.resolved is not None
     space = plan.resolved.search_space
     rate = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=(1e-5, 1e-3))
-    constants = Constants(start_s=6.0, start_alone_s=4.0)
+    constants = Constants(start_s=6.0, start_alone_s=4.0, start_per_process=0.05)
     documented = trial_costs(space, plan.config, rate, processes=1, constants=constants)
     assert documented is not None
     assert documented.start_s == 6.0 and documented.start_measured_s is None
     # A machine on which a fresh process starts in 8 CPU s alone, twice the constants' 4:
-    # among the others, a trial's start is twice their 6.
+    # a trial's start is twice their 6, and among the population's 4 trials on 2 cores
+    # (2 processes a core) 10% more.
     slow = replace(rate, start_cpu_s=8.0)
     measured = trial_costs(space, plan.config, slow, processes=1, constants=constants)
     assert measured is not None
     assert measured.start_s == pytest.approx(12.0) and measured.start_measured_s == 8.0
     lines = forecast_lines(forecast(measured, trials=4, at_once=4, cores=2, iterations=10))
-    assert "a trial process's start: ~12 CPU s among the others, from a fresh process's 8 " in (
-        "\n".join(lines)
-    )
+    assert measured.start_per_process == 0.05
+    assert (
+        "a trial process's start: ~13.2 CPU s among the population's 2 processes a core, "
+        "from a fresh process's 8 "
+    ) in ("\n".join(lines))
     late = forecast(measured, trials=4, at_once=4, cores=2, iterations=10)
     early = forecast(documented, trials=4, at_once=4, cores=2, iterations=10)
     assert late.before > early.before and late.wall_s > early.wall_s

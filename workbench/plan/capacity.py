@@ -243,9 +243,9 @@ class Plan:
                 },
                 "bound": self.forecast.bound,
                 "iteration_cpu_s": self.forecast.costs.iteration_cpu_s,
-                # A trial process's start among the others (throughput's start_cpu_s is the
-                # probe's fresh process alone).
-                "process_start_cpu_s": self.forecast.costs.start_s,
+                # A trial process's start among the first trials' processes (throughput's
+                # start_cpu_s is the probe's fresh process alone).
+                "process_start_cpu_s": self.forecast.start_s,
                 "source": self.forecast.costs.source,
             },
             "throughput": None

@@ -5,7 +5,8 @@ the trials share.
 The model (docs/resources.md, "The population forecast") simulates the run result by result
 (``workbench.plan.simulate``). A trial's processes start (``start`` CPU seconds each: they
 import torch and RLlib and build their part of the algorithm; with the plan's probe, priced
-from a fresh process's start measured here), then it loops: ``train()``
+from a fresh process's start measured here; dearer by a share that grows with the trial
+processes per core starting and running alongside), then it loops: ``train()``
 (sampling and learning, at the cost its drawn hyperparameters give, dearer by a share that
 grows with the trial processes per core of the trials then under way), the driver handles
 the result (``driver`` CPU seconds on one core, taken before the trials': Ray runs its
@@ -59,15 +60,21 @@ class Constants:
     each size and space priced by its own probe, the first whose learner updates each ran
     on their own copy of the episodes; the fit's largest error over the runs' results a
     second, share outside train() and share before the first result was 36%
-    (docs/benchmarks/population-scale.md)."""
+    (docs/benchmarks/population-scale.md). A start and its growth with the crowd were
+    measured later, on the 36 runs of 6 December 18:54 to 7 December 02:50 UTC that
+    recorded their trial processes' starts; the rest is kept as fitted."""
 
-    # A trial process's start, in CPU seconds, placed among the others of its population,
-    # and a fresh process's start alone (what the probe measures: workbench/plan/
+    # A trial process's start, in CPU seconds, with no other trial processes running, and
+    # a fresh process's start alone (what the probe measures: workbench/plan/
     # start_probe.py; the median over the runs that measured it). Where the probe measured
     # the start, a trial's is priced ``start_s / start_alone_s`` times that, so that it
-    # moves with the machine. Fitted (to the share before the first results).
-    start_s: float = 3.25
-    start_alone_s: float = 3.245
+    # moves with the machine. Among c trial processes a core it costs
+    # ``1 + start_per_process * c`` times that, as a train() costs more on crowded cores
+    # (1.4 times at 32 trials on 2 cores). Measured: each run's median start over its
+    # probe's, a line in the processes per core (``scale_calibration.measured_start``).
+    start_s: float = 3.650
+    start_alone_s: float = 3.473
+    start_per_process: float = 0.02203
     # A result's wait outside train() that takes no CPU of the trial's (Tune's loop, Ray's
     # calls): a fixed part, and a part that grows with the trial processes running per
     # core, ``result_s_per_process x crowd ** crowd_exponent`` (each hop of the result and
@@ -122,7 +129,7 @@ class TrialCosts:
     """One trial's costs in CPU seconds (see the module's docstring)."""
 
     processes: int  # main process, env runners, learners: each starts torch and RLlib
-    start_s: float  # per process, among the others
+    start_s: float  # per process, with no other trial processes running
     # One train() over the searched hyperparameters, cheapest first: (CPU s of all the
     # trial's processes, wall s with a core per process).
     iterations: tuple[tuple[float, float], ...]
@@ -137,6 +144,7 @@ class TrialCosts:
     score_noise: float = 0.0
     result_cpu_s: float = 0.0  # the trial's CPU for each result outside train()
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
+    start_per_process: float = 0.0  # a start's CPU more per trial process a core
     # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
     # the documented constant, measured on another day).
     start_measured_s: float | None = None
@@ -252,6 +260,16 @@ class Forecast:
     @property
     def iterations_per_s(self) -> float:
         return self.results / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def start_crowd(self) -> float:
+        """Trial processes a core while the first trials start together."""
+        return self.costs.processes * min(self.at_once, self.trials) / max(self.cores, 1e-9)
+
+    @property
+    def start_s(self) -> float:
+        """A trial process's start among those first trials, CPU s."""
+        return self.costs.start_s * (1.0 + self.costs.start_per_process * self.start_crowd)
 
 
 def iteration_costs(
@@ -429,6 +447,7 @@ def forecast(
     sim_costs = Costs(
         processes=costs.processes,
         start_s=costs.start_s,
+        start_per_process=costs.start_per_process,
         rest_s=costs.result_s,
         driver_s=costs.driver_s,
         train_per_process=costs.train_per_process,
@@ -593,7 +612,9 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
         + _drawn_note(c, result.trials),
-        f"  a trial process's start: ~{c.start_s:.3g} CPU s among the others, "
+        f"  a trial process's start: ~{result.start_s:.3g} CPU s among the "
+        f"population's {result.start_crowd:.3g} "
+        f"process{'' if result.start_crowd == 1 else 'es'} a core, "
         + (
             f"from a fresh process's {c.start_measured_s:.3g} alone (measured by --probe)"
             if c.start_measured_s is not None

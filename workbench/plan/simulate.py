@@ -68,7 +68,10 @@ class Costs:
     """One trial's costs in seconds (the module's docstring)."""
 
     processes: int
-    start_s: float  # own time of a process's start (all of a trial's start at once)
+    # Own time of a process's start alone (all of a trial's start at once); with c trial
+    # processes a core under way it costs (1 + start_per_process * c) that, as a train()
+    # costs more on crowded cores.
+    start_s: float
     rest_s: float  # a result's wait outside train() that the cores do not set (I/O, Ray)
     driver_s: float  # the driver's work a result
     # With c trial processes a core under way: a train() costs (1 + train_per_process * c)
@@ -76,6 +79,7 @@ class Costs:
     train_per_process: float = 0.0
     rest_s_per_process: float = 0.0
     crowd_exponent: float = 1.0
+    start_per_process: float = 0.0
     # The trial's own CPU work for each result outside train() (handing the result over,
     # saving the checkpoint Tune asks for): a job on the shared cores like train(), so its
     # wall grows with the crowd as a train()'s does.
@@ -83,6 +87,9 @@ class Costs:
 
     def dearer(self, crowd: float) -> float:
         return 1.0 + self.train_per_process * crowd
+
+    def start(self, crowd: float) -> float:
+        return self.start_s * (1.0 + self.start_per_process * crowd)
 
     def wait_s(self, crowd: float) -> float:
         return max(
@@ -239,12 +246,13 @@ def simulate(
         """Trial processes a core, of the trials under way."""
         return costs.processes * live / max(cores, 1e-9)
 
-    def launch() -> None:
+    def launch(counted: bool = False) -> None:
         nonlocal live
-        live += 1
+        if not counted:
+            live += 1
         i = pending.popleft()
         trials[i].slot_at = cpu.now
-        cpu.add(costs.start_s, costs.processes, ("train", i, 0.0))
+        cpu.add(costs.start(crowd()), costs.processes, ("train", i, 0.0))
 
     def train(i: int) -> None:
         t = trials[i]
@@ -304,8 +312,10 @@ def simulate(
             train(i)
 
     handled = 0
-    for _ in range(min(at_once, len(trials))):
-        launch()
+    # The first trials start together: each start among all of their processes.
+    live = min(at_once, len(trials))
+    for _ in range(live):
+        launch(counted=True)
     while cpu.busy():
         kind, i, since = cpu.next()
         t = trials[i]
