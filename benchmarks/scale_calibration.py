@@ -25,8 +25,9 @@ def calibration(
     placed at once; the train() costs are their probe's, which the runs carry):
 
     * measured: the driver's CPU a result (its process's over the runs, a result), the
-      share of a core Ray's own processes kept busy on each node, and a trial's own CPU for
-      each result outside train() (the medians over the runs: ``result_cpu_s``);
+      share of a core Ray's own processes kept busy on each node, a trial's own CPU for
+      each result outside train() (the medians over the runs: ``result_cpu_s``), and the
+      run's end after its last result (``measured_end``);
     * fitted first, alone: the noise of the scores about the trials' progress (0 to 32
       iterations) and, under the experiment's tested rule, the share of the decisions with
       a donor that clone (1, 0.95, ..., 0): the pair whose simulated runs come nearest the
@@ -82,6 +83,9 @@ def calibration(
     result_cpu_s = statistics.median(per_result) if per_result else 0.0
     alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
     start_line = measured_start(rows)
+    end_s = measured_end(rows)
+    if end_s is None:
+        end_s = shipped.end_s
     start_per_process = start_line[1] if start_line is not None else shipped.start_per_process
     exploits = exploits_of(experiment_scheduler())
     groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
@@ -127,6 +131,7 @@ def calibration(
             clone_share=share,
             score_noise=noise,
             start_per_process=start_per_process,
+            end_s=end_s,
         )
         clones = skipped = clones_measured = skipped_measured = 0.0
         for fc, figures in forecasts(constants):
@@ -167,6 +172,7 @@ def calibration(
             clone_share=clone_share,
             score_noise=score_noise,
             start_per_process=start_per_process,
+            end_s=end_s,
         )
         worst = 0.0
         for fc, (rate, outside, before, *_) in forecasts(constants):
@@ -214,6 +220,7 @@ def calibration(
         "start_s": start,
         "start_alone_s": statistics.median(alone) if alone else math.nan,
         "start_per_process": start_per_process,
+        "end_s": end_s,
         "result_s": rest,
         "result_s_per_process": crowd,
         "crowd_exponent": exponent,
@@ -252,6 +259,15 @@ def measured_start(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
     if intercept <= 0:
         return statistics.median(ratios), 0.0
     return intercept, max(0.0, slope / intercept)
+
+
+def measured_end(rows: list[dict[str, Any]]) -> float | None:
+    """The run's end after the population's last result, wall s: the median over the runs
+    that recorded it of their shortest time from a trial's last result to fit()'s return,
+    less half a second (Tune stamps a result in whole seconds, cut down). None: no run
+    recorded it."""
+    ends = [min(e) for f in rows if (e := f.get("last_result_to_end_s"))]
+    return max(0.0, statistics.median(ends) - 0.5) if ends else None
 
 
 def result_cpu(row: dict[str, Any], constants: Any) -> float | None:

@@ -660,6 +660,15 @@ def test_population_scale_measures_a_start_as_a_line_in_the_processes_per_core()
     assert line == (pytest.approx(1.1), pytest.approx(0.05))
 
 
+def test_population_scale_measures_the_runs_end_after_its_last_result() -> None:
+    measured_end = _scale_part("scale_calibration").measured_end
+    assert measured_end([{"size": 4}]) is None
+    # Each run's shortest wait from a last result to fit()'s return is its end (the others
+    # waited for the slowest); Tune's whole-second stamps add half a second on average.
+    runs = [{"last_result_to_end_s": [e, e + 30.0]} for e in (2.0, 2.5, 4.0)]
+    assert measured_end(runs) == pytest.approx(2.0)
+
+
 def test_population_scale_calibration_finds_the_constants_its_runs_were_made_with() -> None:
     from workbench.plan.population import (
         Constants,
@@ -762,6 +771,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
     assert fitted["start_per_process"] == 0.02  # the shipped one: no run measured a start
+    assert fitted["end_s"] == truth.end_s  # the shipped one: no run recorded its end
     # Where the runs measured their trial processes' starts (1.25 times their probe's
     # process alone, 6.4, with no crowd, and 2% more a process per core: 3 a core at 6
     # trials, 6 at 12), the start and its growth are those, whatever the grid holds and

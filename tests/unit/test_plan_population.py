@@ -158,6 +158,19 @@ def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
     assert crowded.wall_s == pytest.approx(8 * (8.0 + 10 * 0.7) / 2)
 
 
+def test_the_run_ends_a_while_after_its_last_result_and_every_trial_waits_it_out() -> None:
+    plain = forecast(costs(result_s=0.0, driver_s=0.0), trials=4, at_once=4, cores=4, iterations=10)
+    ending = forecast(
+        costs(result_s=0.0, driver_s=0.0, end_s=2.0), trials=4, at_once=4, cores=4, iterations=10
+    )
+    assert ending.wall_s == pytest.approx(plain.wall_s + 2.0)
+    assert ending.results == plain.results
+    # Each trial's slot runs to the run's end: 2 s each after its last result.
+    slot = 4 * ending.wall_s
+    assert ending.after * slot == pytest.approx(plain.after * 4 * plain.wall_s + 4 * 2.0)
+    assert ending.outside > plain.outside
+
+
 def test_a_start_costs_more_with_more_trial_processes_per_core() -> None:
     assert Costs(1, 5.0, 0.0, 0.0, start_per_process=0.1).start(4.0) == pytest.approx(7.0)
     # The first trials start together: every start among all of them (8 on 2 cores is 4 a

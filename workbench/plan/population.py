@@ -75,6 +75,12 @@ class Constants:
     start_s: float = 3.650
     start_alone_s: float = 3.473
     start_per_process: float = 0.02203
+    # Wall s from the population's last result to the run's end: Tune stopping the last
+    # trials, their final saves, fit() returning; every trial still in its slot waits it
+    # out. Measured: the median over 52 runs of 6-7 December of each run's shortest time
+    # from a trial's last result to fit()'s return, less half a second (Tune stamps a
+    # result in whole seconds, cut down).
+    end_s: float = 1.8
     # A result's wait outside train() that takes no CPU of the trial's (Tune's loop, Ray's
     # calls): a fixed part, and a part that grows with the trial processes running per
     # core, ``result_s_per_process x crowd ** crowd_exponent`` (each hop of the result and
@@ -145,6 +151,7 @@ class TrialCosts:
     result_cpu_s: float = 0.0  # the trial's CPU for each result outside train()
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
     start_per_process: float = 0.0  # a start's CPU more per trial process a core
+    end_s: float = 0.0  # the run's end after the population's last result, wall s
     # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
     # the documented constant, measured on another day).
     start_measured_s: float | None = None
@@ -448,6 +455,7 @@ def forecast(
         processes=costs.processes,
         start_s=costs.start_s,
         start_per_process=costs.start_per_process,
+        end_s=costs.end_s,
         rest_s=costs.result_s,
         driver_s=costs.driver_s,
         train_per_process=costs.train_per_process,

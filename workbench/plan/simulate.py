@@ -80,6 +80,9 @@ class Costs:
     rest_s_per_process: float = 0.0
     crowd_exponent: float = 1.0
     start_per_process: float = 0.0
+    # Wall s from the population's last result to the run's end (Tune stopping the last
+    # trials, fit() returning): every trial still in its slot waits it out.
+    end_s: float = 0.0
     # The trial's own CPU work for each result outside train() (handing the result over,
     # saving the checkpoint Tune asks for): a job on the shared cores like train(), so its
     # wall grows with the crowd as a train()'s does.
@@ -352,7 +355,7 @@ def simulate(
                     rest(i)
         elif kind == "rested":
             rest(i)
-    wall = cpu.now
+    wall = cpu.now + costs.end_s
     results = sum(t.calls for t in trials)
     launched = [t for t in trials if t.slot_at is not None]
     return Outcome(
