@@ -24,6 +24,7 @@ from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import (
     Constants,
+    Forecast,
     TrialCosts,
     budget_of,
     drawn_costs,
@@ -140,29 +141,25 @@ def test_a_results_wait_grows_with_the_trial_processes_per_core() -> None:
     assert share(32, **growing) > share(4, **growing) + 0.05
 
 
+def _bare(trials: int, at_once: int, cores: float, mean: float = 0.5, **changes: float) -> Forecast:
+    """The forecast of alike trials with no waits and no driver, 10 iterations each."""
+    c = costs(mean, result_s=0.0, driver_s=0.0, **changes)
+    return forecast(c, trials=trials, at_once=at_once, cores=cores, iterations=10)
+
+
 def test_a_train_call_costs_more_with_more_trial_processes_per_core() -> None:
     assert Costs(1, 0.0, 0.0, 0.0, train_per_process=0.1).dearer(4.0) == pytest.approx(1.4)
     # Alike trials all under way to their last call: the same population as one whose
     # train() simply cost 40% more (4 a core).
-    crowded = forecast(
-        costs(result_s=0.0, driver_s=0.0, train_per_process=0.1),
-        trials=8,
-        at_once=8,
-        cores=2,
-        iterations=10,
-    )
-    dearer = forecast(
-        costs(0.5 * 1.4, result_s=0.0, driver_s=0.0), trials=8, at_once=8, cores=2, iterations=10
-    )
+    crowded = _bare(8, 8, 2, train_per_process=0.1)
+    dearer = _bare(8, 8, 2, mean=0.5 * 1.4)
     assert crowded.wall_s == pytest.approx(dearer.wall_s)
     assert crowded.wall_s == pytest.approx(8 * (8.0 + 10 * 0.7) / 2)
 
 
 def test_the_run_ends_a_while_after_its_last_result_and_every_trial_waits_it_out() -> None:
-    plain = forecast(costs(result_s=0.0, driver_s=0.0), trials=4, at_once=4, cores=4, iterations=10)
-    ending = forecast(
-        costs(result_s=0.0, driver_s=0.0, end_s=2.0), trials=4, at_once=4, cores=4, iterations=10
-    )
+    plain = _bare(4, 4, 4)
+    ending = _bare(4, 4, 4, end_s=2.0)
     assert ending.wall_s == pytest.approx(plain.wall_s + 2.0)
     assert ending.results == plain.results
     # Each trial's slot runs to the run's end: 2 s each after its last result.
@@ -175,32 +172,14 @@ def test_a_start_costs_more_with_more_trial_processes_per_core() -> None:
     assert Costs(1, 5.0, 0.0, 0.0, start_per_process=0.1).start(4.0) == pytest.approx(7.0)
     # The first trials start together: every start among all of them (8 on 2 cores is 4 a
     # core: 40% more), as if a start simply cost that; the calls after are unchanged.
-    crowded = forecast(
-        costs(result_s=0.0, driver_s=0.0, start_per_process=0.1),
-        trials=8,
-        at_once=8,
-        cores=2,
-        iterations=10,
-    )
-    dearer = forecast(
-        costs(result_s=0.0, driver_s=0.0, start_s=8.0 * 1.4),
-        trials=8,
-        at_once=8,
-        cores=2,
-        iterations=10,
-    )
+    crowded = _bare(8, 8, 2, start_per_process=0.1)
+    dearer = _bare(8, 8, 2, start_s=8.0 * 1.4)
     assert crowded.wall_s == pytest.approx(dearer.wall_s)
     assert crowded.before == pytest.approx(dearer.before)
     assert crowded.wall_s == pytest.approx(8 * (8.0 * 1.4 + 10 * 0.5) / 2)
     # A trial that starts alone, in a slot freed by one that ended, pays the crowd then
     # under way: two slots, so never more than one other trial running beside it.
-    waves = forecast(
-        costs(result_s=0.0, driver_s=0.0, start_per_process=0.1),
-        trials=4,
-        at_once=2,
-        cores=2,
-        iterations=10,
-    )
+    waves = _bare(4, 2, 2, start_per_process=0.1)
     assert waves.wall_s == pytest.approx(2 * (8.0 * 1.1 + 10 * 0.5))
 
 
