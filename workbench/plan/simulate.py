@@ -5,12 +5,15 @@ time in ``train()`` from.
 Every piece of work is a job on the cores, and the cores are shared equally among the
 running jobs (processor sharing: no job runs faster than its own time, and all slow down
 alike when together they want more than the cores). A trial's processes start (each
-importing torch and RLlib and building its part of the algorithm); then it loops:
+importing torch and RLlib and building its part of the algorithm, dearer among more trial
+processes a core: the first trials start together); then it loops:
 ``train()``, its result queues for the driver, which handles one result at a time on one
 core of the same cores, then the trial's own work outside ``train()`` for that result (its
 CPU, shared on the cores like a ``train()``'s, and a wait that takes none), and the next
 ``train()``. A trial that has its iterations ends and frees its slot for the next
-pending trial. Under a budget for the whole population (``stop.population_env_steps``, here
+pending trial. After the population's last result the run takes ``end_s`` more (Tune
+stopping the last trials, ``fit()`` returning), which every trial still in its slot waits
+out. Under a budget for the whole population (``stop.population_env_steps``, here
 in ``train()`` calls), the run ends when the driver has handled the result that spends it:
 every trial stops at once, and the ``train()`` calls then in flight yield no result.
 
