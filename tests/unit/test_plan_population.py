@@ -500,8 +500,8 @@ def test_a_measured_start_prices_the_trials_start_relative_to_the_constants_own(
     assert documented is not None
     assert documented.start_s == 6.0 and documented.start_measured_s is None
     # A machine on which a fresh process starts in 8 CPU s alone, twice the constants' 4:
-    # a trial's start is twice their 6, and among the population's 4 trials on 2 cores
-    # (2 processes a core) 10% more.
+    # a trial's start is twice their 6, and among the population's 4 trials on what Ray
+    # leaves of 2 cores (about 2 processes a core) about 10% more.
     slow = replace(rate, start_cpu_s=8.0)
     measured = trial_costs(space, plan.config, slow, processes=1, constants=constants)
     assert measured is not None
@@ -509,7 +509,7 @@ def test_a_measured_start_prices_the_trials_start_relative_to_the_constants_own(
     lines = forecast_lines(forecast(measured, trials=4, at_once=4, cores=2, iterations=10))
     assert measured.start_per_process == 0.05
     assert (
-        "a trial process's start: ~13.2 CPU s among the population's 2 processes a core, "
+        "a trial process's start: ~13.2 CPU s among the 4 trial processes starting together, "
         "from a fresh process's 8 "
     ) in ("\n".join(lines))
     late = forecast(measured, trials=4, at_once=4, cores=2, iterations=10)

@@ -263,20 +263,14 @@ class Forecast:
     pooled_env_steps: int | None = None
     clones: float = 0.0  # PBT's restarts from a donor (the model's)
     clones_back: float = 0.0  # those to a donor's checkpoint behind the trial's iteration
+    # A trial process's start among the first trials, which start together, as the
+    # simulated runs priced it (CPU s), and those trials' processes.
+    start_s: float = 0.0
+    starting: int = 0
 
     @property
     def iterations_per_s(self) -> float:
         return self.results / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def start_crowd(self) -> float:
-        """Trial processes a core while the first trials start together."""
-        return self.costs.processes * min(self.at_once, self.trials) / max(self.cores, 1e-9)
-
-    @property
-    def start_s(self) -> float:
-        """A trial process's start among those first trials, CPU s."""
-        return self.costs.start_s * (1.0 + self.costs.start_per_process * self.start_crowd)
 
 
 def iteration_costs(
@@ -513,6 +507,8 @@ def forecast(
         budget=budget,
         clones=statistics.fmean(r.clones for r in runs),
         clones_back=statistics.fmean(r.clones_back for r in runs),
+        start_s=sim_costs.start(costs.processes * slots / left),
+        starting=costs.processes * slots,
     )
 
 
@@ -621,8 +617,8 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
         + _drawn_note(c, result.trials),
         f"  a trial process's start: ~{result.start_s:.3g} CPU s among the "
-        f"population's {result.start_crowd:.3g} "
-        f"process{'' if result.start_crowd == 1 else 'es'} a core, "
+        f"{result.starting} trial process{'' if result.starting == 1 else 'es'} "
+        f"starting together, "
         + (
             f"from a fresh process's {c.start_measured_s:.3g} alone (measured by --probe)"
             if c.start_measured_s is not None
