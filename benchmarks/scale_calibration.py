@@ -82,7 +82,7 @@ def calibration(
     per_result = [c for f in rows if (c := result_cpu(f, shipped)) is not None]
     result_cpu_s = statistics.median(per_result) if per_result else 0.0
     alone = [a for f in rows if (a := f.get("forecast", {}).get("start_alone_s")) is not None]
-    start_line = measured_start(rows)
+    start_line = measured_start(rows, ray)
     end_s = measured_end(rows)
     if end_s is None:
         end_s = shipped.end_s
@@ -236,14 +236,25 @@ def calibration(
     }
 
 
-def measured_start(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+def measured_start(
+    rows: list[dict[str, Any]], ray_cores_per_node: float
+) -> tuple[float, float] | None:
     """A trial process's start against its probe's fresh process alone, from the runs that
     measured their trial processes' starts (None: no run did): each run's median start over
     its probe's, as a line in the trial processes per core of its population, least squares
     over the runs: (the ratio with no crowd, the fraction more per process a core). Runs
-    of one crowd only give their median ratio and no growth."""
+    of one crowd only give their median ratio and no growth. A crowd is counted per core
+    that Ray's own processes (``ray_cores_per_node`` on each node) leave the trials, as the
+    forecast's simulated runs count it (``population.cores_left``)."""
+    from workbench.plan.population import cores_left
+
     points = [
-        (f["size"] * (1 + int(f.get("env_runners", 0))) / f["forecast"]["cores"], ratio)
+        (
+            f["size"]
+            * (1 + int(f.get("env_runners", 0)))
+            / cores_left(f["forecast"]["cores"], int(f.get("nodes", 1)), ray_cores_per_node),
+            ratio,
+        )
         for f in rows
         if (starts := f.get("start_cpu_s"))
         and (alone := f.get("forecast", {}).get("start_alone_s"))

@@ -646,18 +646,47 @@ def test_population_scale_measures_a_start_as_a_line_in_the_processes_per_core()
             "forecast": {"cores": 2.0, "start_alone_s": 4.0},
         }
 
-    assert measured_start([{"size": 4, "forecast": {"cores": 2.0}}]) is None
+    assert measured_start([{"size": 4, "forecast": {"cores": 2.0}}], 0.0) is None
     # One crowd: the median ratio, no growth measured.
-    assert measured_start([run(8, 4.4), run(8, 4.8), run(8, 6.0)]) == (
+    assert measured_start([run(8, 4.4), run(8, 4.8), run(8, 6.0)], 0.0) == (
         pytest.approx(1.2),
         0.0,
     )
     # 1.1 times alone with no crowd, 5% more a process per core: 2 a core at 4 trials, 16
     # at 32; a trial of 1 process and 3 env runners counts 4.
     line = measured_start(
-        [run(4, 4.0 * 1.1 * 1.1), run(32, 4.0 * 1.1 * 1.8), run(2, 4.0 * 1.1 * 1.2, runners=3)]
+        [run(4, 4.0 * 1.1 * 1.1), run(32, 4.0 * 1.1 * 1.8), run(2, 4.0 * 1.1 * 1.2, runners=3)],
+        0.0,
     )
     assert line == (pytest.approx(1.1), pytest.approx(0.05))
+
+
+def test_population_scale_counts_a_starts_crowd_on_the_cores_the_forecast_shares() -> None:
+    """The start's growth is measured against the crowd the simulated runs count it in: the
+    trial processes per core that Ray's own processes leave them. Runs whose starts follow
+    the forecast's own pricing give back its constants."""
+    from workbench.plan.population import cores_left
+    from workbench.plan.simulate import Costs
+
+    measured_start = _scale_part("scale_calibration").measured_start
+    ray_per_node, nodes, cores = 0.25, 2, 2.0
+    left = cores_left(cores, nodes, ray_per_node)
+    assert left == pytest.approx(1.5)
+    priced = Costs(processes=1, start_s=1.1, rest_s=0.0, driver_s=0.0, start_per_process=0.04)
+    runs = [
+        {
+            "size": size,
+            "nodes": nodes,
+            "start_cpu_s": [4.0 * priced.start(size / left)] * 3,
+            "forecast": {"cores": cores, "start_alone_s": 4.0},
+        }
+        for size in (4, 8, 32)
+    ]
+    assert measured_start(runs, ray_per_node) == (pytest.approx(1.1), pytest.approx(0.04))
+    # Counted on all the cores instead, the growth comes out steeper by cores / left.
+    steeper = measured_start(runs, 0.0)
+    assert steeper is not None
+    assert steeper[1] == pytest.approx(0.04 * cores / left)
 
 
 def test_population_scale_measures_the_runs_end_after_its_last_result() -> None:
@@ -773,11 +802,12 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert fitted["start_per_process"] == 0.02  # the shipped one: no run measured a start
     assert fitted["end_s"] == truth.end_s  # the shipped one: no run recorded its end
     # Where the runs measured their trial processes' starts (1.25 times their probe's
-    # process alone, 6.4, with no crowd, and 2% more a process per core: 3 a core at 6
-    # trials, 6 at 12), the start and its growth are those, whatever the grid holds and
-    # whatever was shipped, and the rest is fitted around them.
+    # process alone, 6.4, with no crowd, and 2% more a process per core of the 1.8 that
+    # Ray's processes leave: 3.3 a core at 6 trials, 6.7 at 12), the start and its growth
+    # are those, whatever the grid holds and whatever was shipped, and the rest is fitted
+    # around them.
     for row in rows:
-        median = 6.4 * 1.25 * (1 + 0.02 * row["size"] / 2.0)
+        median = 6.4 * 1.25 * (1 + 0.02 * row["size"] / 1.8)
         row["start_cpu_s"] = [median - 0.4, median, median, median + 0.1, median + 0.5]
     off_grid = [(10.0 if point[0] == 8.0 else point[0], *point[1:]) for point in grid]
     shipped_flat = replace(truth, start_per_process=0.0)

@@ -68,13 +68,14 @@ class Constants:
     # a fresh process's start alone (what the probe measures: workbench/plan/
     # start_probe.py; the median over the runs that measured it). Where the probe measured
     # the start, a trial's is priced ``start_s / start_alone_s`` times that, so that it
-    # moves with the machine. Among c trial processes a core it costs
-    # ``1 + start_per_process * c`` times that, as a train() costs more on crowded cores
-    # (1.4 times at 32 trials on 2 cores). Measured: each run's median start over its
-    # probe's, a line in the processes per core (``scale_calibration.measured_start``).
+    # moves with the machine. Among c trial processes a core (of the cores Ray's own
+    # processes leave them: ``cores_left``) it costs ``1 + start_per_process * c`` times
+    # that, as a train() costs more on crowded cores (1.4 times at 32 trials on 2 cores).
+    # Measured: each run's median start over its probe's, a line in the processes per core
+    # (``scale_calibration.measured_start``).
     start_s: float = 3.650
     start_alone_s: float = 3.473
-    start_per_process: float = 0.02203
+    start_per_process: float = 0.01969
     # Wall s from the population's last result to the run's end: Tune stopping the last
     # trials, their final saves, fit() returning; every trial still in its slot waits it
     # out. Measured: the median over 52 runs of 6-7 December of each run's shortest time
@@ -422,6 +423,13 @@ def exploits_of(section: Any) -> Exploits | None:
     )
 
 
+def cores_left(cores: float, nodes: int, ray_cores_per_node: float) -> float:
+    """The cores Ray's own processes on ``nodes`` leave the trials (at least half of them):
+    the cores the simulated runs share, and those a crowd of trial processes is counted
+    against (the start's and a train()'s growth with the processes a core)."""
+    return max(cores - nodes * ray_cores_per_node, cores / 2)
+
+
 def forecast(
     costs: TrialCosts,
     *,
@@ -444,7 +452,7 @@ def forecast(
     else:
         count = _DEFAULT_ITERATIONS
     slots = min(at_once, trials)
-    left = max(cores - nodes * costs.ray_cores_per_node, cores / 2)
+    left = cores_left(cores, nodes, costs.ray_cores_per_node)
     sim_costs = Costs(
         processes=costs.processes,
         start_s=costs.start_s,
