@@ -308,6 +308,43 @@ def test_the_snapshot_holds_what_tunes_own_encoding_holds_in_tunes_format() -> N
     assert list(windows[1]["10"]) == [i * 0.5 + 3000 for i in range(3, 13)]
 
 
+def test_a_trial_read_back_from_the_snapshot_goes_on_as_if_never_saved(tmp_path: Path) -> None:
+    """The windows (one blob for all the metrics) and the checkpoint manager (the standard
+    pickler) read back by Tune's own reader as Tune keeps them: the next results move the
+    read-back trial's statistics exactly as they move the trial that was never saved."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    trial = _reported_trial(12)
+    folder = tmp_path / "checkpoint_000011"
+    folder.mkdir()
+    manager = trial.run_metadata.checkpoint_manager
+    manager.register_checkpoint(
+        _TrainingResult(checkpoint=Checkpoint(str(folder)), metrics={"score": 11.0})
+    )
+    controller = SimpleNamespace(_trials_to_cache={trial}, _trial_metadata={})
+    (state,) = trial_states(controller)
+    read = _TrainingRunMetadata.from_json_state(state[1])
+
+    (saved,) = read.checkpoint_manager._checkpoint_results
+    assert saved.checkpoint.path == str(folder) and saved.metrics["score"] == 11.0
+    window = read.metric_n_steps["return_mean"]["5"]
+    assert window.maxlen == 5 and all(type(v) is float for v in window)  # numpy's, as numbers
+    for iteration in (13, 14, 15):  # the windows roll on: the oldest values leave
+        _report(trial, iteration)
+        for metric, value in trial.run_metadata.last_result.items():
+            if metric in read.metric_analysis:
+                read.update_metric(metric, value, step=iteration)
+    for metric in ("learners/m3", "env_steps", "return_mean"):
+        assert read.metric_analysis[metric] == pytest.approx(
+            trial.run_metadata.metric_analysis[metric]
+        )
+        for n in ("5", "10"):
+            kept = trial.run_metadata.metric_n_steps[metric][n]
+            assert list(read.metric_n_steps[metric][n]) == pytest.approx(list(kept))
+
+
 def test_rays_log_once_set_grows_with_tunes_encoding_not_the_snapshots() -> None:
     from ray.util import debug
 

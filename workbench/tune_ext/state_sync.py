@@ -234,7 +234,10 @@ def trial_states(controller: Any) -> list[tuple[str, str]]:
 
 
 def _json_state(trial: Any) -> tuple[str, str]:
-    """``Trial.get_json_state`` (Ray 2.60) with `SnapshotEncoder`."""
+    """``Trial.get_json_state`` (Ray 2.60) with `SnapshotEncoder`, and the run metadata's
+    two pickled parts each as one blob: every metric's windows (`Windows`) and the
+    checkpoint manager (by the standard pickler: its classes are importable, and
+    cloudpickle took twice as long)."""
     if trial._state_json is None:
         state = trial.__getstate__()
         state.pop("run_metadata", None)
@@ -242,5 +245,48 @@ def _json_state(trial: Any) -> tuple[str, str]:
     metadata = trial.run_metadata
     if getattr(metadata, "_cached_json", None) is None:
         data = {k: v for k, v in vars(metadata).items() if k != "_cached_json"}
+        if isinstance(data.get("metric_n_steps"), dict):
+            data["metric_n_steps"] = _blob(Windows(data["metric_n_steps"]))
+        if data.get("checkpoint_manager") is not None:
+            data["checkpoint_manager"] = _blob(data["checkpoint_manager"])
         metadata._cached_json = json.dumps(data, cls=SnapshotEncoder)
     return trial._state_json, metadata._cached_json
+
+
+def _blob(value: Any) -> dict[str, str]:
+    """``value`` pickled into the blob Tune's decoder reads (`_loads_with_cloudpickle`)."""
+    return {"_type": _CLOUDPICKLE_FALLBACK_TYPE, "value": pickle.dumps(value).hex()}
+
+
+class Windows:
+    """Tune's last-n windows of a trial's metrics (``metric_n_steps``: metric -> n -> a
+    deque of at most n values), pickled as plain lists of plain numbers and read back as
+    the same deques. Pickled one deque at a time, through `SnapshotEncoder.default`, the
+    windows of an RLlib trial's some 120 metrics were two thirds of its run metadata's
+    encoding, which the driver repeats for every trial that reported since the last
+    snapshot (docs/benchmarks/snapshot-encoding.md)."""
+
+    __slots__ = ("windows",)
+
+    def __init__(self, windows: dict[str, dict[str, deque[Any]]]) -> None:
+        self.windows = windows
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        plain = {
+            metric: {
+                n: (window.maxlen, [v.item() if isinstance(v, np.generic) else v for v in window])
+                for n, window in by_n.items()
+            }
+            for metric, by_n in self.windows.items()
+        }
+        return _windows, (plain,)
+
+
+def _windows(
+    plain: dict[str, dict[str, tuple[int | None, list[Any]]]],
+) -> dict[str, dict[str, deque[Any]]]:
+    """What a pickled `Windows` reads back as: Tune's deques."""
+    return {
+        metric: {n: deque(values, maxlen=maxlen) for n, (maxlen, values) in by_n.items()}
+        for metric, by_n in plain.items()
+    }
