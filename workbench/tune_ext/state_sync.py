@@ -216,10 +216,18 @@ class SnapshotEncoder(TuneFunctionEncoder):
 
     def default(self, obj: Any) -> Any:
         if type(obj) is deque:
-            return {"_type": _CLOUDPICKLE_FALLBACK_TYPE, "value": pickle.dumps(obj).hex()}
-        if isinstance(obj, np.integer | np.floating | np.bool_):
+            return _blob(obj)
+        if isinstance(obj, _NUMPY_NUMBERS):
             return obj.item()  # RLlib's counters and means: the number, read back as one
         return super().default(obj)  # type: ignore[no-untyped-call]
+
+
+_NUMPY_NUMBERS = (np.integer, np.floating, np.bool_)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy number as Python's (as `SnapshotEncoder` writes it); anything else as is."""
+    return value.item() if isinstance(value, _NUMPY_NUMBERS) else value
 
 
 def trial_states(controller: Any) -> list[tuple[str, str]]:
@@ -273,10 +281,7 @@ class Windows:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         plain = {
-            metric: {
-                n: (window.maxlen, [v.item() if isinstance(v, np.generic) else v for v in window])
-                for n, window in by_n.items()
-            }
+            metric: {n: (window.maxlen, [_plain(v) for v in window]) for n, window in by_n.items()}
             for metric, by_n in self.windows.items()
         }
         return _windows, (plain,)
