@@ -8,6 +8,7 @@ Usage::
     .venv/bin/python benchmarks/population_scale.py --sizes 8,32 --iterations 20
     .venv/bin/python benchmarks/population_scale.py --sizes 32 --stops iterations,budget
     .venv/bin/python benchmarks/population_scale.py --sizes 32 --costs searched,equal
+    .venv/bin/python benchmarks/population_scale.py --sizes 32,16 --costs equal --snapshot-lags 0,2
     .venv/bin/python benchmarks/population_scale.py --quick          # a smoke run (the test)
 
 Method. ``deploy/local_cluster.py`` starts ``--nodes`` ``ray start`` nodes on loopback with
@@ -26,7 +27,11 @@ interleaves the two. With ``--costs equal`` the search space's two keys that set
 ``train()`` costs about what the space's do in a run (``scale_setup.EQUAL_COSTS``), the
 rest searched as before: every member's ``train()`` costs the same, so what is left
 outside ``train()`` is the population's coordination, with no member waiting for a dearer
-one; ``--costs searched,equal`` interleaves the two, each with its own probe.
+one; ``--costs searched,equal`` interleaves the two, each with its own probe. With
+``--snapshot-lags 0,2`` each run is made once with the experiment snapshot written after every
+trial checkpoint (0, the anchor) and once within two seconds of it (the workbench's,
+``workbench.tune_ext.snapshot_pace``), interleaved, and a table sets each lag's figures
+beside the anchor's with the paired difference of each round.
 
 Figures per size: the population's env steps per second over ``fit()``; the share of the
 trials' slot time (``size x fit wall``) outside ``train()``, split into before each trial's
@@ -115,11 +120,21 @@ def run_size(
     round_: int = 1,
     stop: str = "iterations",
     costs: str = "searched",
+    snapshot_lag_s: float | None = None,
 ) -> Any:
     from workbench.experiment.resolve import load_and_resolve
+    from workbench.tune_ext import snapshot_pace
 
     resolved = load_and_resolve(
-        write_experiment(size, args, folder, f"size{size}-{stop}-{costs}-{round_}", stop, costs)
+        write_experiment(
+            size,
+            args,
+            folder,
+            f"size{size}-{stop}-{costs}-{round_}"
+            + ("" if snapshot_lag_s is None else f"-lag{snapshot_lag_s:g}"),
+            stop,
+            costs,
+        )
     )
     plan = planned(resolved, cluster.address, rate)
     if plan.concurrent < size:
@@ -130,13 +145,19 @@ def run_size(
     loss = NodeLoss(cluster, resolved.results_dir, size, args.iterations // 3)
     cpu_before = os.times()
     counters_before = machine_counters()
+    shipped_lag = snapshot_pace.LAG_S
+    if snapshot_lag_s is not None:
+        snapshot_pace.LAG_S = snapshot_lag_s  # this run's arm (the driver is this process)
     with (
         TrialMemory(raylets, cluster) as memory,
         PlacementWatch(labels, expected=None if args.lose_node else size) as placement,
         CheckpointFolders(resolved.results_dir) as folders,
         loss if args.lose_node else contextlib.nullcontext(),
     ):
-        summary, fit = timed_launch_run(resolved)
+        try:
+            summary, fit = timed_launch_run(resolved)
+        finally:
+            snapshot_pace.LAG_S = shipped_lag
     cpu_after = os.times()
     counters_after = machine_counters()
     # The driver's work: its process's CPU less the benchmark's own sampling threads'.
@@ -163,6 +184,7 @@ def run_size(
         "round": round_,
         "stop": stop,
         "costs": costs,
+        **({} if snapshot_lag_s is None else {"snapshot_lag_s": snapshot_lag_s}),
         "nodes": args.nodes,
         "env_runners": args.env_runners,
         "wall_s": fit.seconds,
@@ -342,6 +364,13 @@ def main(argv: list[str] | None = None) -> int:
         "dearer one)",
     )
     parser.add_argument(
+        "--snapshot-lags",
+        default="",
+        help="arms, interleaved: the longest a trial checkpoint waits for the experiment "
+        "snapshot, in seconds (workbench.tune_ext.snapshot_pace; 0: a snapshot after every "
+        "checkpoint, the anchor); default: the workbench's, one arm",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=3, help="runs of every size, the sizes interleaved"
     )
     parser.add_argument("--nodes", type=int, default=4, help="cluster nodes, head included")
@@ -412,6 +441,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--costs {args.costs!r}: a list of {' and '.join(COSTS)}")
     if costs != ["searched"] and (args.lose_node or args.kill_driver):
         parser.error("--costs: the drills run the main experiment's search space")
+    try:
+        lags: list[float | None] = [float(x) for x in args.snapshot_lags.split(",") if x]
+    except ValueError:
+        lags = [-1.0]
+    if any(lag is not None and not 0 <= lag < 60 for lag in lags):
+        parser.error(f"--snapshot-lags {args.snapshot_lags!r}: seconds, each in [0, 60)")
+    if lags and args.kill_driver:
+        parser.error("--snapshot-lags: the driver drill runs the workbench's own")
+    lags = lags or [None]
     if not sizes and args.calibrate:  # --sizes "": a fit to earlier runs only
         calibrate([], args.with_runs, keep_clones=args.keep_clones)
         return 0
@@ -451,13 +489,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for round_ in range(1, (1 if args.kill_driver else args.rounds) + 1):
-            # The sizes, stops and costs interleaved, round after round.
-            for size, stop, c in itertools.product(sizes, stops, costs):
+            # The sizes, stops, costs and lags interleaved, round after round.
+            for size, stop, c, lag in itertools.product(sizes, stops, costs, lags):
                 started = time.monotonic()
                 if args.kill_driver:
                     rows.append(driver_drill(size, args, cluster, folder))
                 else:
-                    rows.append(run_size(size, args, cluster, folder, rates[c], round_, stop, c))
+                    rows.append(
+                        run_size(size, args, cluster, folder, rates[c], round_, stop, c, lag)
+                    )
                 print(
                     f"population {population_label(rows[-1])}, round {round_}: done in "
                     f"{time.monotonic() - started:.0f} s",

@@ -13,13 +13,59 @@ def population_label(f: dict[str, Any]) -> str:
     notes = [
         *(["budget"] if f.get("stop") == "budget" else []),
         *(["equal costs"] if f.get("costs") == "equal" else []),
+        *([f"snapshot lag {f['snapshot_lag_s']:g} s"] if "snapshot_lag_s" in f else []),
     ]
     return f"{f['size']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
-def variant(f: dict[str, Any]) -> tuple[int, str, str]:
-    """The size, stop and costs of a run: the rounds of one variant share these."""
-    return f["size"], f.get("stop", "iterations"), f.get("costs", "searched")
+def variant(f: dict[str, Any]) -> tuple[int, str, str, float]:
+    """The size, stop, costs and snapshot lag of a run: the rounds of one variant share
+    these (a run from before the lag was an arm snapshotted after every checkpoint: 0)."""
+    return (
+        f["size"],
+        f.get("stop", "iterations"),
+        f.get("costs", "searched"),
+        float(f.get("snapshot_lag_s", 0.0)),
+    )
+
+
+def lag_table(rows: list[dict[str, Any]]) -> None:
+    """With ``--snapshot-lags``: each lag beside the anchor (0: a snapshot after every trial
+    checkpoint) of the same size, stop and costs, and the paired difference of each round
+    (the arms of a round ran one after the other), median [min-max] over the rounds."""
+    lags = sorted({float(f.get("snapshot_lag_s", 0.0)) for f in rows})
+    if len(lags) < 2 or lags[0] != 0.0:
+        return
+    figures = {
+        "outside train()": lambda f: 100 * f["outside"],
+        "between results": lambda f: 100 * f.get("outside_between", float("nan")),
+        "driver CPU ms a result": lambda f: 1000 * f["driver_cpu_s"] / max(f["results"], 1),
+        "fit s": lambda f: f["wall_s"],
+    }
+    print(
+        "\nSnapshot lag against a snapshot after every checkpoint (the anchor, lag 0): median "
+        "[min-max] over the rounds, and the paired difference lag - anchor of each round"
+    )
+    print("| trials | lag s | rounds | " + " | ".join(f"{k} | diff" for k in figures) + " |")
+    print("|---:|---:|---:|" + "---:|---:|" * len(figures))
+    for key in sorted({variant(f)[:3] for f in rows}):
+        arms = {
+            lag: {f.get("round", 1): f for f in rows if variant(f) == (*key, lag)} for lag in lags
+        }
+        anchor = arms[0.0]
+        for lag in lags:
+            runs = arms[lag]
+            if not runs:
+                continue
+            cells = []
+            for figure in figures.values():
+                values = [figure(f) for f in runs.values()]
+                paired = [figure(f) - figure(anchor[r]) for r, f in runs.items() if r in anchor]
+                cells.append(_spread(values, digits=1))
+                cells.append(_spread(paired, digits=1) if lag and paired else "")
+            first = runs[min(runs)]
+            label = population_label({k: v for k, v in first.items() if k != "snapshot_lag_s"})
+            print(f"| {label} | {lag:g} | {len(runs)} | " + " | ".join(cells) + " |")
 
 
 def report(every: list[dict[str, Any]]) -> None:
@@ -174,6 +220,7 @@ def report(every: list[dict[str, Any]]) -> None:
                 f"{place['ray_across_nodes']} across nodes); "
                 f"{'the same' if place.get('same_counts') else 'not the same'} counts a node"
             )
+    lag_table(rows)
     forecasts = [f for f in rows if "forecast" in f]
     if forecasts:
         forecast_table(forecasts)

@@ -430,6 +430,42 @@ def test_population_scale_sets_the_forecast_beside_each_sizes_median_over_its_ro
     assert "| 4 | 3 |" in out
 
 
+def test_population_scale_sets_each_snapshot_lag_beside_the_anchor_round_by_round(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = _scale_part("scale_report")
+
+    def run(round_: int, lag: float, outside: float, driver_s: float) -> dict[str, Any]:
+        row = {**_scale_row(32, round_, 2.0, outside), "costs": "equal", "snapshot_lag_s": lag}
+        return {**row, "driver_cpu_s": driver_s, "outside_between": outside / 4}
+
+    # Round 2 is a slower day for both arms: the paired differences stay 2 points and 1 s.
+    rows = [
+        run(1, 0.0, 0.30, 13.0),
+        run(1, 1.0, 0.28, 12.0),
+        run(2, 0.0, 0.40, 16.0),
+        run(2, 1.0, 0.38, 15.0),
+    ]
+    report.lag_table(rows)
+    out = capsys.readouterr().out
+    lines = {
+        line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[1:-1]]
+        for line in out.splitlines()
+        if line.startswith("| 32 (equal costs) |")
+    }
+    assert set(lines) == {"0", "1"}
+    anchor, paced = lines["0"], lines["1"]
+    assert anchor[2] == paced[2] == "2"  # rounds
+    assert anchor[3] == "35.0 [30.0-40.0]" and anchor[4] == ""  # no difference to itself
+    assert paced[3] == "33.0 [28.0-38.0]" and paced[4] == "-2.0 [-2.0--2.0]"
+    # Driver CPU a result: 13 s over 200 results is 65 ms; 12 s is 60 ms (round 1).
+    assert paced[8] == "-5.0 [-5.0--5.0]"
+    # Without the anchor, or with one lag, there is nothing to set beside it.
+    report.lag_table([r for r in rows if r["snapshot_lag_s"] == 1.0])
+    report.lag_table([{k: v for k, v in r.items() if k != "snapshot_lag_s"} for r in rows[:2]])
+    assert capsys.readouterr().out == ""
+
+
 def test_population_scale_counts_clones_by_where_they_moved_the_target(tmp_path: Path) -> None:
     import json
 

@@ -264,8 +264,8 @@ def _tune_environment() -> None:
     # RLlib reports the episode return only once an episode has ended: without this,
     # Tune's strict metric check fails the whole run on the first iteration.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    # The workbench snapshots the experiment after every trial checkpoint on purpose
-    # (ResumableScheduler); Tune would warn about each one.
+    # The workbench snapshots the experiment after trial checkpoints on purpose, up to one
+    # every two seconds (ResumableScheduler, tune_ext.snapshot_pace); Tune would warn about them.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Ctrl-C is the workbench's to handle (workbench.run.signals); Tune keeps SIGUSR1.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"

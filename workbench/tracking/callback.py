@@ -176,7 +176,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
 
     def get_state(self) -> dict[str, Any]:
         runs = self._writer.run_ids() if self._writer is not None else dict(self._runs)
-        # (Read only while some are queued: a snapshot follows every trial checkpoint.)
+        # (Read only while some are queued: a snapshot follows trial checkpoints.)
         _, written = self._lineage_file() if self._queued else (set(), set())
         with self._lock:
             pending = {k: [p.to_dict() for p in v] for k, v in self._exploits.items() if v}

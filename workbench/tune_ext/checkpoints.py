@@ -86,7 +86,7 @@ class _Snapshots:
     there. A file is read again only when it changes, a copy of a version already read
     (the results folder's, synced from staging) is not parsed again, and within a new
     version only the trials whose state changed are decoded: Tune keeps a trial's state
-    JSON until its next result and the snapshot is written after every trial checkpoint,
+    JSON until its next result and the snapshot is written after trial checkpoints,
     so most trials of a large population are the same text as in the last read (each a
     few hundred KB: its checkpoint manager, cloudpickled, and Tune's metric statistics)."""
 

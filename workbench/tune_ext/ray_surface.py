@@ -118,6 +118,16 @@ SURFACE: tuple[Private, ...] = (
         "ray.tune.execution.experiment_state._ExperimentCheckpointManager",
         "_sync_every_n_trial_checkpoints",
     ),
+    Private(
+        "ray.tune.execution.experiment_state._ExperimentCheckpointManager",
+        "sync_up_experiment_state",
+        ("self", "save_fn", "force", "wait"),
+    ),
+    Private(
+        "ray.tune.execution.experiment_state._ExperimentCheckpointManager",
+        "_should_force_sync_up",
+    ),
+    Private("ray.tune.execution.experiment_state._ExperimentCheckpointManager", "_last_save_time"),
     Private("ray.train._internal.checkpoint_manager._CheckpointManager", "_checkpoint_results"),
     Private(
         "ray.train._internal.checkpoint_manager._CheckpointManager", "_latest_checkpoint_result"

@@ -13,6 +13,8 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
+from workbench.tune_ext import snapshot_pace
+
 TIME_ATTR = "training_iteration"
 
 
@@ -37,10 +39,11 @@ class ResumableScheduler:
     checkpoint, ASHA its rungs. `SchedulerState` (a callback) carries this state in
     the snapshot instead, keyed by trial id, and hands it back on restore.
 
-    It also makes Tune snapshot the experiment after every trial checkpoint (Tune
-    does that only with num_to_keep, which the workbench cannot use: see
-    workbench.tune_ext.checkpoints), so that a resume never starts a trial from an older checkpoint
-    than its last one.
+    It also makes Tune snapshot the experiment after a trial checkpoint (Tune does that
+    only with num_to_keep, which the workbench cannot use: see
+    workbench.tune_ext.checkpoints), within `snapshot_pace.LAG_S` of it, so that a resume
+    starts a trial from its last checkpoint but one made in the last moments before the
+    driver stopped.
 
     And it keeps the hyperparameters PBT, PB2 and replay gave a trial: Tune's restore
     re-adds each trial with the config it was created with (``add_trial`` resolves the
@@ -64,8 +67,10 @@ class ResumableScheduler:
         super().on_trial_add(tune_controller, trial)  # type: ignore[misc]
         self.__dict__.setdefault("_added", {})[trial.trial_id] = trial
         manager = getattr(controller_of(tune_controller), "_checkpoint_manager", None)
-        if manager is not None and not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
-            manager._sync_every_n_trial_checkpoints = 1
+        if manager is not None:
+            if not getattr(manager, "_sync_every_n_trial_checkpoints", 1):
+                manager._sync_every_n_trial_checkpoints = 1
+            snapshot_pace.pace(manager, snapshot_pace.LAG_S)
         if self._restored is not None:
             self._restore_config(trial)
             self._apply_trial_state(trial)

@@ -61,7 +61,7 @@ EXPERIMENT_STATE = TuneController.CKPT_FILE_TMPL.format("*")  # the snapshot's f
 
 # The experiment snapshot this process wrote last, by its path: its (mtime_ns, size) right
 # after the write and its trial data, so that the checkpoint pruning, which reads the file
-# back after every trial checkpoint, need not parse what the driver has in memory. One
+# back after trial checkpoints, need not parse what the driver has in memory. One
 # entry: a process rarely drives two Tune runs at once, and then the pruning parses.
 WRITTEN: dict[str, tuple[tuple[int, int], list[tuple[str, str]]]] = {}
 
@@ -105,7 +105,7 @@ def swap_in(write: Any, path: Path) -> None:
     """`replace_whole` for a file only this thread writes and reads, and that the sync may
     find missing: the old file is unlinked before the rename. Renamed over an existing file,
     ext4 (``auto_da_alloc``, on by default) starts writing the new file's data to disk at
-    once; the driver's staging snapshot, rewritten after every trial checkpoint (10 MB at
+    once; the driver's staging snapshot, rewritten after trial checkpoints (10 MB at
     32 trials), paid that in the driver's main thread: 11.8 ms a save against 3.5 here
     (docs/benchmarks/population-scale.md). A process killed between the unlink and the
     rename leaves no staging snapshot, which no resume reads: it resumes from the results
@@ -119,7 +119,7 @@ def link_or_copy(source: Path, to: Path) -> None:
     Only for a file nothing rewrites in place: the staging snapshot, which `swap_in`
     replaces by a new file each time, so the inode the results folder shares never
     changes. The snapshot grows with the population (10 MB at 32 trials) and the sync
-    copied it after every trial checkpoint: 13% of the driver's CPU at 16 trials
+    copied it after each snapshot: 13% of the driver's CPU at 16 trials
     (docs/benchmarks/population-scale.md)."""
     try:
         os.link(source, to)
@@ -193,7 +193,7 @@ def snapshot_chunks(controller: Any, trial_data: list[tuple[str, str]], rest: st
     one after the other: what Tune's ``json.dump`` writes, but each trial's entry encoded
     once. An entry is a pair of JSON texts (a few hundred KB for an RLlib trial) that JSON
     must escape again as strings: Tune did that for every trial at every save, in the
-    pure-Python encoder ``json.dump`` uses, though a save follows each trial checkpoint and
+    pure-Python encoder ``json.dump`` uses, though a save follows trial checkpoints and
     most trials have not changed since the last (`trial_states` keeps their pairs).
     ``rest``: the snapshot's other keys, encoded."""
     cache = _ENTRIES.get(controller, {})
