@@ -22,6 +22,7 @@ from tests.unit.test_resources import cluster, experiment, resolved, run_cli
 from workbench.experiment.schema import SchedulerSection
 from workbench.experiment.search_space import parse_search_space
 from workbench.plan.capacity import make_plan
+from workbench.plan.forecast_text import forecast_lines
 from workbench.plan.population import (
     Constants,
     Forecast,
@@ -30,7 +31,6 @@ from workbench.plan.population import (
     drawn_costs,
     exploits_of,
     forecast,
-    forecast_lines,
     iteration_costs,
     iterations_of,
     trial_costs,

@@ -25,7 +25,8 @@ from workbench.errors import ExperimentError, Problem
 from workbench.experiment.resolve import ResolvedExperiment
 from workbench.experiment.schema import Experiment
 from workbench.experiment.search_checks import grid_points
-from workbench.plan.population import Forecast, forecast_lines, forecast_population
+from workbench.plan.forecast_text import forecast_lines
+from workbench.plan.population import Forecast, forecast_population
 from workbench.plan.resources import (
     Cluster,
     MemoryFit,
