@@ -489,8 +489,10 @@ def main(argv: list[str] | None = None) -> int:
         cluster.up()
         ray.init(address=cluster.address, log_to_driver=False)
         for round_ in range(1, (1 if args.kill_driver else args.rounds) + 1):
-            # The sizes, stops, costs and lags interleaved, round after round.
-            for size, stop, c, lag in itertools.product(sizes, stops, costs, lags):
+            # The sizes, stops, costs and lags interleaved, round after round; the lags in
+            # turn first (a machine that slows within a round favours neither arm).
+            order = lags if round_ % 2 else lags[::-1]
+            for size, stop, c, lag in itertools.product(sizes, stops, costs, order):
                 started = time.monotonic()
                 if args.kill_driver:
                     rows.append(driver_drill(size, args, cluster, folder))
