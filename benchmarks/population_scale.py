@@ -412,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--calibrate",
         action="store_true",
-        help="also print the constants of workbench/plan/population.py these runs give",
+        help="also print the constants of workbench/plan/population.py these runs give, and "
+        "the forecast's errors on them with the shipped constants, with the measured ones "
+        "taken from the runs, and with the fit's",
     )
     parser.add_argument(
         "--with-runs",

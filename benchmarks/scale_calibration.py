@@ -3,16 +3,102 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import statistics
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.scale_setup import experiment_data, experiment_scheduler
+
+Key = tuple[int, int, int, str]  # size, iterations, nodes, search space
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Runs grouped by size and search space, each group priced from its own first run's
+    probe, with the values that set a train()'s cost where that probe recorded what prices
+    them (PBT's explore then moves a clone's cost as the forecast's does), and the median
+    over its rounds of what the model forecasts: results a second, the share outside
+    train(), the part of it before the first results, the train() calls, the clones."""
+
+    cores: float
+    exploits: Any
+    costs: dict[Key, Any]
+    measured: dict[Key, tuple[float, float, float, float, float]]
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]]) -> Groups:
+        from workbench.plan.population import TrialCosts, exploits_of
+
+        probe = rows[0]["forecast"]
+        base = TrialCosts(
+            processes=1 + int(rows[0].get("env_runners", 0)),
+            start_s=0.0,
+            iterations=tuple((float(c), float(w)) for c, w in probe["iteration_costs"]),
+            result_s=0.0,
+            result_s_per_process=0.0,
+            crowd_exponent=1.0,
+            train_per_process=0.0,
+            driver_s=0.0,
+            ray_cores_per_node=0.0,
+            clone_share=1.0,
+            source="the runs' probe",
+        )
+        groups: dict[Key, list[dict[str, Any]]] = {}
+        for f in rows:
+            key = (f["size"], f.get("iterations", 40), f["nodes"], f.get("costs", "searched"))
+            groups.setdefault(key, []).append(f)
+        return cls(
+            cores=probe["cores"],
+            exploits=exploits_of(experiment_scheduler()),
+            costs={key: _costs_of(runs[0], base) for key, runs in groups.items()},
+            measured={
+                key: (
+                    statistics.median(f["results"] / f["wall_s"] for f in runs),
+                    statistics.median(f["outside"] for f in runs),
+                    statistics.median(f["outside_before"] for f in runs),
+                    statistics.median(f["results"] for f in runs),
+                    _median_clones(runs),
+                )
+                for key, runs in groups.items()
+            },
+        )
+
+    def forecasts(self, constants: Any) -> Iterator[tuple[Key, Any, tuple[float, ...]]]:
+        """Each group's key, the model's forecast of it on ``constants``, its figures."""
+        from workbench.plan.population import forecast, with_constants
+
+        for key, figures in self.measured.items():
+            size, iterations, nodes, _ = key
+            fc = forecast(
+                with_constants(self.costs[key], constants),
+                trials=size,
+                at_once=size,
+                cores=self.cores,
+                iterations=iterations,
+                exploits=self.exploits,
+                nodes=nodes,
+            )
+            yield key, fc, figures
+
+
+def errors(runs: Groups, constants: Any) -> dict[Key, tuple[float, float, float]]:
+    """Each group's errors (forecast / measured - 1) on ``constants``: results a second,
+    the share outside train() (the bar's two figures) and the part before the first
+    results."""
+    return {
+        key: (
+            fc.iterations_per_s / rate - 1,
+            fc.outside / outside - 1,
+            fc.before / before - 1,
+        )
+        for key, fc, (rate, outside, before, *_) in runs.forecasts(constants)
+    }
 
 
 def calibration(
@@ -52,30 +138,9 @@ def calibration(
       to stand in for whatever the waits between results miss, and the forecast then puts
       the trials' time outside train() in the wrong place.
     """
-    from workbench.plan.population import (
-        MEASURED,
-        Constants,
-        TrialCosts,
-        exploits_of,
-        forecast,
-        with_constants,
-    )
+    from workbench.plan.population import MEASURED, Constants
 
-    probe = rows[0]["forecast"]
-    base = TrialCosts(
-        processes=1 + int(rows[0].get("env_runners", 0)),
-        start_s=0.0,
-        iterations=tuple((float(c), float(w)) for c, w in probe["iteration_costs"]),
-        result_s=0.0,
-        result_s_per_process=0.0,
-        crowd_exponent=1.0,
-        train_per_process=0.0,
-        driver_s=0.0,
-        ray_cores_per_node=0.0,
-        clone_share=1.0,
-        source="the runs' probe",
-    )
-    cores = probe["cores"]
+    runs = Groups.of(rows)
     driver = sum(f["driver_cpu_s"] for f in rows) / max(sum(f["results"] for f in rows), 1)
     ray = statistics.median(f["ray_cpu_s"] / f["wall_s"] / f["nodes"] for f in rows)
     shipped = shipped or MEASURED
@@ -87,38 +152,9 @@ def calibration(
     if end_s is None:
         end_s = shipped.end_s
     start_per_process = start_line[1] if start_line is not None else shipped.start_per_process
-    exploits = exploits_of(experiment_scheduler())
-    groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
-    for f in rows:  # the rounds of each size (and search space: each its own probe)
-        key = (f["size"], f.get("iterations", 40), f["nodes"], f.get("costs", "searched"))
-        groups.setdefault(key, []).append(f)
-    # Each group priced from its own first run's probe, with the values that set a
-    # train()'s cost where that probe recorded what prices them (PBT's explore then moves
-    # a clone's cost as the forecast's does).
-    own_costs = {key: _costs_of(runs[0], base) for key, runs in groups.items()}
-    measured = {
-        key: (
-            statistics.median(f["results"] / f["wall_s"] for f in runs),
-            statistics.median(f["outside"] for f in runs),
-            statistics.median(f["outside_before"] for f in runs),
-            statistics.median(f["results"] for f in runs),
-            _median_clones(runs),
-        )
-        for key, runs in groups.items()
-    }
-
-    def forecasts(constants: Constants) -> Iterator[tuple[Any, tuple[float, ...]]]:
-        for (size, iterations, nodes, space), figures in measured.items():
-            fc = forecast(
-                with_constants(own_costs[(size, iterations, nodes, space)], constants),
-                trials=size,
-                at_once=size,
-                cores=cores,
-                iterations=iterations,
-                exploits=exploits,
-                nodes=nodes,
-            )
-            yield fc, figures
+    exploits = runs.exploits
+    measured = runs.measured
+    forecasts = runs.forecasts
 
     def clones_error(point: tuple[float, float]) -> float:
         """The larger relative error of the clones and of the calls they skipped."""
@@ -134,7 +170,7 @@ def calibration(
             end_s=end_s,
         )
         clones = skipped = clones_measured = skipped_measured = 0.0
-        for fc, figures in forecasts(constants):
+        for _, fc, figures in forecasts(constants):
             if math.isnan(figures[4]):  # runs from before the benchmark counted clones
                 continue
             all_calls = fc.trials * fc.iterations
@@ -175,7 +211,7 @@ def calibration(
             end_s=end_s,
         )
         worst = 0.0
-        for fc, (rate, outside, before, *_) in forecasts(constants):
+        for _, fc, (rate, outside, before, *_) in forecasts(constants):
             worst = max(
                 worst,
                 abs(fc.iterations_per_s / rate - 1),
@@ -366,8 +402,14 @@ def calibrate(rows: list[dict[str, Any]], earlier: list[str], *, keep_clones: bo
     runs stopped at their iterations, of either search space, each size and space priced
     from its own probe (the model's budget runs are checked, not fitted)."""
 
+    from workbench.tune_ext.snapshot_pace import LAG_S
+
     def fitted(f: dict[str, Any]) -> bool:
-        return "outside_before" in f and f.get("stop", "iterations") == "iterations"
+        return (
+            "outside_before" in f
+            and f.get("stop", "iterations") == "iterations"
+            and f.get("snapshot_lag_s") in (None, LAG_S)  # another lag's arm: another driver
+        )
 
     runs = [f for f in rows if fitted(f)]
     for extra in earlier:
@@ -378,3 +420,39 @@ def calibrate(rows: list[dict[str, Any]], earlier: list[str], *, keep_clones: bo
     print(f"\ncalibration on {len(runs)} runs, workbench/plan/population.py's Constants:")
     for name, value in constants.items():
         print(f"  {name} = {value:.4g}")
+    print(compared(runs, constants))
+
+
+def compared(rows: list[dict[str, Any]], constants: dict[str, float]) -> str:
+    """A table of the forecast's errors on these runs (the median of each size's rounds):
+    with the shipped constants, with the shipped and the measured ones (the driver, Ray's
+    processes, a result's own CPU, the run's end) taken from these runs, and with all of
+    ``constants``, the fit's."""
+    from workbench.plan.population import MEASURED, Constants
+
+    names = {f.name for f in dataclasses.fields(Constants)}
+    measured = ("driver_s", "ray_cores_per_node", "result_cpu_s", "end_s")
+    variants = {
+        "shipped": MEASURED,
+        "measured ones new": replace(MEASURED, **{k: constants[k] for k in measured}),
+        "refit": Constants(**{k: v for k, v in constants.items() if k in names}),
+    }
+    runs = Groups.of(rows)
+    each = {name: errors(runs, c) for name, c in variants.items()}
+    head = " | ".join(variants)
+    lines = [
+        f"\n| runs | results/s | {head} | outside train() | {head} |",
+        "|---|---:|" + "---:|" * len(variants) + "---:|" + "---:|" * len(variants),
+    ]
+    for key, (rate, outside, *_) in runs.measured.items():
+        size, _, _, space = key
+        rates = " | ".join(f"{100 * each[n][key][0]:+.0f}%" for n in variants)
+        shares = " | ".join(f"{100 * each[n][key][1]:+.0f}%" for n in variants)
+        label = f"{size}" + ("" if space == "searched" else f" ({space} costs)")
+        lines.append(f"| {label} | {rate:.2f} | {rates} | {100 * outside:.1f}% | {shares} |")
+    within = ", ".join(
+        f"{name} {sum(abs(e) <= 0.25 for k in each[name] for e in each[name][k][:2])}"
+        for name in variants
+    )
+    lines.append(f"\nwithin 25% of {2 * len(runs.measured)}: {within}")
+    return "\n".join(lines)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from workbench.experiment.resolve import load_and_resolve
+from workbench.tune_ext import snapshot_pace
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -631,6 +632,7 @@ def test_population_scale_calibrates_on_the_runs_stopped_at_their_iterations(
         return {"start_s": 5.0}
 
     monkeypatch.setattr(calibration, "calibration", fit)
+    monkeypatch.setattr(calibration, "compared", lambda runs, fit: f"compared on {len(runs)}")
     main = {"size": 32, "outside_before": 0.1}
     rows = [
         main,
@@ -638,12 +640,15 @@ def test_population_scale_calibrates_on_the_runs_stopped_at_their_iterations(
         {**main, "costs": "equal"},
         {**main, "costs": "searched", "stop": "iterations"},
         {"size": 32},  # no split: a run without its trials' results
+        {**main, "snapshot_lag_s": 0.0},  # the anchor's arm: a driver the workbench lacks
+        {**main, "snapshot_lag_s": snapshot_pace.LAG_S},
     ]
     calibration.calibrate(rows, [])
     # Each size and space is priced from its own probe: the equal costs' runs are fitted
     # too; the budget's are checked against the model, not fitted.
-    assert fitted == [[rows[0], rows[2], rows[3]]]
-    assert "start_s = 5" in capsys.readouterr().out
+    assert fitted == [[rows[0], rows[2], rows[3], rows[6]]]
+    out = capsys.readouterr().out
+    assert "start_s = 5" in out and "compared on 4" in out
     calibration.calibrate(rows, [], keep_clones=True)  # --keep-clones
     assert kept == [False, True]
 
@@ -860,6 +865,19 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     kept = calibration.calibration(rows, grid=grid, shipped=shipped, keep_clones=True)
     assert (kept["score_noise"], kept["clone_share"]) == (12.0, 0.9)
     assert kept["clones_error"] > 0.1
+    # The forecast's errors on the runs (each size's median round): none on the constants
+    # they were made with, and the shipped, the measured ones new and the refit side by
+    # side, with how many of the bar's figures each brings within 25%.
+    runs = calibration.Groups.of(rows)
+    for errors in calibration.errors(runs, truth).values():
+        assert errors == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
+    off = calibration.errors(runs, replace(truth, start_s=16.0))
+    assert all(rate < -0.05 and outside > 0.05 for rate, outside, _ in off.values())
+    table = calibration.compared(rows, {**fitted, "start_s": truth.start_s})
+    assert "| runs | results/s | shipped | measured ones new | refit | outside train() |" in table
+    six = next(line for line in table.splitlines() if line.startswith("| 6 |"))
+    assert six.endswith("| +0% |")  # the refit's share outside train(), the last column
+    assert "within 25% of 4: " in table and table.rstrip().endswith("refit 4")
 
 
 def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:
