@@ -24,12 +24,15 @@ class Groups:
     probe, with the values that set a train()'s cost where that probe recorded what prices
     them (PBT's explore then moves a clone's cost as the forecast's does), and the median
     over its rounds of what the model forecasts: results a second, the share outside
-    train(), the part of it before the first results, the train() calls, the clones."""
+    train(), the part of it before the first results, the train() calls, the clones. A
+    group's trial start is priced as the run's own forecast priced it: the constants' start
+    times its probe's fresh process alone over theirs (``population.trial_costs``)."""
 
     cores: float
     exploits: Any
     costs: dict[Key, Any]
     measured: dict[Key, tuple[float, float, float, float, float]]
+    alone: dict[Key, float | None]
 
     @classmethod
     def of(cls, rows: list[dict[str, Any]]) -> Groups:
@@ -57,6 +60,10 @@ class Groups:
             cores=probe["cores"],
             exploits=exploits_of(experiment_scheduler()),
             costs={key: _costs_of(runs[0], base) for key, runs in groups.items()},
+            alone={
+                key: runs[0].get("forecast", {}).get("start_alone_s")
+                for key, runs in groups.items()
+            },
             measured={
                 key: (
                     statistics.median(f["results"] / f["wall_s"] for f in runs),
@@ -75,8 +82,11 @@ class Groups:
 
         for key, figures in self.measured.items():
             size, iterations, nodes, _ = key
+            costs = with_constants(self.costs[key], constants)
+            if (alone := self.alone[key]) and constants.start_alone_s > 0:
+                costs = replace(costs, start_s=constants.start_s * alone / constants.start_alone_s)
             fc = forecast(
-                with_constants(self.costs[key], constants),
+                costs,
                 trials=size,
                 at_once=size,
                 cores=self.cores,
@@ -198,6 +208,7 @@ def calibration(
         start, rest, crowd, exponent, dearer = point
         constants = Constants(
             start_s=start,
+            start_alone_s=statistics.median(alone) if alone else math.nan,
             result_s=rest,
             result_s_per_process=crowd,
             crowd_exponent=exponent,

@@ -868,10 +868,14 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     # The forecast's errors on the runs (each size's median round): none on the constants
     # they were made with, and the shipped, the measured ones new and the refit side by
     # side, with how many of the bar's figures each brings within 25%.
+    # (The runs' probe measured a fresh process alone at 6.4: a start priced on constants
+    # whose reference is that; on a reference of half that, it costs twice the start.)
     runs = calibration.Groups.of(rows)
-    for errors in calibration.errors(runs, truth).values():
+    made_with = replace(truth, start_alone_s=6.4)
+    for errors in calibration.errors(runs, made_with).values():
         assert errors == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
-    off = calibration.errors(runs, replace(truth, start_s=16.0))
+    off = calibration.errors(runs, replace(made_with, start_s=16.0))
+    assert off == calibration.errors(runs, replace(made_with, start_alone_s=3.2))
     assert all(rate < -0.05 and outside > 0.05 for rate, outside, _ in off.values())
     table = calibration.compared(rows, {**fitted, "start_s": truth.start_s})
     assert "| runs | results/s | shipped | measured ones new | refit | outside train() |" in table
