@@ -24,14 +24,15 @@ class Groups:
     probe, with the values that set a train()'s cost where that probe recorded what prices
     them (PBT's explore then moves a clone's cost as the forecast's does), and the median
     over its rounds of what the model forecasts: results a second, the share outside
-    train(), the part of it before the first results, the train() calls, the clones. A
+    train(), the part of it before the first results, the train() calls, the clones and
+    those to a donor behind. A
     group's trial start is priced as the run's own forecast priced it: the constants' start
     times its probe's fresh process alone over theirs (``population.trial_costs``)."""
 
     cores: float
     exploits: Any
     costs: dict[Key, Any]
-    measured: dict[Key, tuple[float, float, float, float, float]]
+    measured: dict[Key, tuple[float, float, float, float, float, float]]
     alone: dict[Key, float | None]
 
     @classmethod
@@ -71,6 +72,7 @@ class Groups:
                     statistics.median(f["outside_before"] for f in runs),
                     statistics.median(f["results"] for f in runs),
                     _median_clones(runs),
+                    _median_clones(runs, "back"),
                 )
                 for key, runs in groups.items()
             },
@@ -125,13 +127,15 @@ def calibration(
       each result outside train() (the medians over the runs: ``result_cpu_s``), and the
       run's end after its last result (``measured_end``);
     * fitted first, alone: the noise of the scores about the trials' progress (0 to 32
-      iterations) and, under the experiment's tested rule, the share of the decisions with
-      a donor that clone (1, 0.95, ..., 0): the pair whose simulated runs come nearest the
-      runs' clones and the iterations those skipped net (over the sizes, the sum of each
-      size's median; the larger relative error of the two as small as it can be), the
+      iterations), what a train() counts toward that progress (its CPU over the draws' mean
+      to the power 0, 0.5, 1 or 1.5) and, under the experiment's tested rule, the share of
+      the decisions with a donor that clone (1, 0.95, ..., 0): the three whose simulated
+      runs come nearest the runs' clones, those to a donor behind, and the iterations
+      they skipped net (over the sizes, the sum of each size's median; the largest
+      relative error of those as small as it can be), the
       other constants as shipped (``shipped``: others; the counts hardly depend on them:
       they are figures of the population's scores, not of the machine's speed), or with
-      ``keep_clones`` the shipped pair;
+      ``keep_clones`` the shipped three;
     * measured where the runs carry it (``start_cpu_s``: each trial process's CPU when its
       first train() began): a process's start, as a line in the trial processes per core
       through each run's ratio of its median start to its probe's fresh process alone
@@ -166,9 +170,9 @@ def calibration(
     measured = runs.measured
     forecasts = runs.forecasts
 
-    def clones_error(point: tuple[float, float]) -> float:
-        """The larger relative error of the clones and of the calls they skipped."""
-        noise, share = point
+    def clones_error(point: tuple[float, float, float]) -> float:
+        """The largest relative error of the clones, those back and the calls skipped."""
+        noise, share, learn = point
         constants = replace(
             shipped,
             driver_s=driver,
@@ -176,10 +180,11 @@ def calibration(
             result_cpu_s=result_cpu_s,
             clone_share=share,
             score_noise=noise,
+            learn_exponent=learn,
             start_per_process=start_per_process,
             end_s=end_s,
         )
-        clones = skipped = clones_measured = skipped_measured = 0.0
+        clones = skipped = back = clones_measured = skipped_measured = back_measured = 0.0
         for _, fc, figures in forecasts(constants):
             if math.isnan(figures[4]):  # runs from before the benchmark counted clones
                 continue
@@ -188,20 +193,29 @@ def calibration(
             skipped += all_calls - fc.results
             clones_measured += figures[4]
             skipped_measured += all_calls - figures[3]
+            if not math.isnan(figures[5]):
+                back += fc.clones_back
+                back_measured += figures[5]
         return max(
             abs(clones / clones_measured - 1) if clones_measured > 0 else clones,
-            abs(skipped / skipped_measured - 1) if skipped_measured > 0 else abs(skipped),
+            # (Net: the clones back can repeat more calls than those ahead skip.)
+            abs(skipped / skipped_measured - 1) if skipped_measured != 0 else abs(skipped),
+            abs(back / back_measured - 1) if back_measured > 0 else 0.0,
         )
 
     score_noise, clone_share = 0.0, 1.0
+    learn_exponent = 0.0
     if keep_clones:
         score_noise, clone_share = shipped.score_noise, shipped.clone_share
+        learn_exponent = shipped.learn_exponent
     elif exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
         shares = [i / 20 for i in range(20, -1, -1)] if exploits.tested else [1.0]
-        # (Points that fit alike: the least noise, the largest share.)
+        # (Points that fit alike: the least noise, the largest share, progress by calls.)
         noises = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
-        score_noise, clone_share = min(
-            ((noise, share) for noise in noises for share in shares), key=clones_error
+        learns = (0.0, 0.5, 1.0, 1.5)
+        score_noise, clone_share, learn_exponent = min(
+            ((noise, share, learn) for learn in learns for noise in noises for share in shares),
+            key=clones_error,
         )
 
     def error(point: tuple[float, ...]) -> float:
@@ -218,6 +232,7 @@ def calibration(
             result_cpu_s=result_cpu_s,
             clone_share=clone_share,
             score_noise=score_noise,
+            learn_exponent=learn_exponent,
             start_per_process=start_per_process,
             end_s=end_s,
         )
@@ -277,7 +292,8 @@ def calibration(
         "result_cpu_s": result_cpu_s,
         "clone_share": clone_share,
         "score_noise": score_noise,
-        "clones_error": clones_error((score_noise, clone_share)),
+        "learn_exponent": learn_exponent,
+        "clones_error": clones_error((score_noise, clone_share, learn_exponent)),
         "largest_error": error(best),
         "start_measured": float(start_line is not None),
     }
@@ -402,9 +418,10 @@ def _costs_of(row: dict[str, Any], base: Any) -> Any:
     )
 
 
-def _median_clones(runs: list[dict[str, Any]]) -> float:
-    """The median count of clones of the runs that counted them (nan: none did)."""
-    counts = [f["clones"]["clones"] for f in runs if "clones" in f]
+def _median_clones(runs: list[dict[str, Any]], kind: str = "clones") -> float:
+    """The median count of clones (``back``: to a donor behind) of the runs that counted
+    them (nan: none did)."""
+    counts = [f["clones"][kind] for f in runs if kind in f.get("clones", {})]
     return float(statistics.median(counts)) if counts else math.nan
 
 

@@ -766,6 +766,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     )
     truth = Constants(
         start_s=8.0,
+        start_alone_s=6.4,  # the runs' probe's fresh process alone, as below
         start_per_process=0.02,
         result_s=0.3,
         result_s_per_process=0.02,
@@ -783,40 +784,45 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     # The runs of 6 recorded their own first draws (all cheap), which the fit must price
     # them at; the runs of 12 did not (older runs), and take the quantiles.
     own = {6: ((0.1, 0.1),) * 3 + ((0.5, 0.5),) * 3, 12: None}
-    rows = []
-    for size in (6, 12):
-        fc = forecast(
-            replace(with_constants(costs, truth), drawn=own[size]),
-            trials=size,
-            at_once=size,
-            cores=2.0,
-            iterations=12,
-            exploits=exploits,
-            nodes=4,
-        )
-        for round_, scale_by in ((1, 0.9), (2, 1.0), (3, 1.3)):  # the median is the truth
-            rows.append(
-                {
-                    "size": size,
-                    "round": round_,
-                    "nodes": 4,
-                    "iterations": 12,
-                    "results": fc.results,
-                    "clones": {"clones": fc.clones},
-                    "wall_s": fc.wall_s * scale_by,
-                    "outside": fc.outside * scale_by,
-                    "outside_before": fc.before * scale_by,
-                    "driver_cpu_s": 0.1 * fc.results,
-                    "ray_cpu_s": 0.2 * fc.wall_s * scale_by,
-                    "forecast": {
-                        "cores": 2.0,
-                        "iteration_costs": [list(d) for d in draws],
-                        "drawn_costs": own[size] and [list(d) for d in own[size]],
-                        # The probe's fresh process alone.
-                        "start_alone_s": 6.4,
-                    },
-                }
+
+    def rows_of(truth: Constants) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for size in (6, 12):
+            fc = forecast(
+                replace(with_constants(costs, truth), drawn=own[size]),
+                trials=size,
+                at_once=size,
+                cores=2.0,
+                iterations=12,
+                exploits=exploits,
+                nodes=4,
             )
+            for round_, scale_by in ((1, 0.9), (2, 1.0), (3, 1.3)):  # the median is the truth
+                rows.append(
+                    {
+                        "size": size,
+                        "round": round_,
+                        "nodes": 4,
+                        "iterations": 12,
+                        "results": fc.results,
+                        "clones": {"clones": fc.clones, "back": fc.clones_back},
+                        "wall_s": fc.wall_s * scale_by,
+                        "outside": fc.outside * scale_by,
+                        "outside_before": fc.before * scale_by,
+                        "driver_cpu_s": 0.1 * fc.results,
+                        "ray_cpu_s": 0.2 * fc.wall_s * scale_by,
+                        "forecast": {
+                            "cores": 2.0,
+                            "iteration_costs": [list(d) for d in draws],
+                            "drawn_costs": own[size] and [list(d) for d in own[size]],
+                            # The probe's fresh process alone.
+                            "start_alone_s": 6.4,
+                        },
+                    }
+                )
+        return rows
+
+    rows = rows_of(truth)
     # A grid holding the truth among its neighbours: the fit picks it and stays there.
     grid = [
         (s, r, k, e, d)
@@ -837,6 +843,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     # skipped with the shipped constants (here the truth's): the population's counts,
     # hardly the machine's.
     assert (fitted["score_noise"], fitted["clone_share"]) == (2.0, 0.5)
+    assert fitted["learn_exponent"] == 0.0  # every train() counts one iteration
     assert fitted["clones_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
@@ -865,17 +872,28 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     kept = calibration.calibration(rows, grid=grid, shipped=shipped, keep_clones=True)
     assert (kept["score_noise"], kept["clone_share"]) == (12.0, 0.9)
     assert kept["clones_error"] > 0.1
+    # Runs whose trials' progress counts each call at its work to the power 1.5 (the dear
+    # draws outrank the cheap): the clones, those back and the calls skipped give it back,
+    # with the noise and the share.
+    learned = calibration.calibration(
+        rows_of(replace(truth, learn_exponent=1.5)), grid=grid, shipped=truth
+    )
+    assert (learned["learn_exponent"], learned["score_noise"], learned["clone_share"]) == (
+        1.5,
+        2.0,
+        0.5,
+    )
+    assert learned["clones_error"] < 1e-9
     # The forecast's errors on the runs (each size's median round): none on the constants
     # they were made with, and the shipped, the measured ones new and the refit side by
     # side, with how many of the bar's figures each brings within 25%.
-    # (The runs' probe measured a fresh process alone at 6.4: a start priced on constants
-    # whose reference is that; on a reference of half that, it costs twice the start.)
+    # (A start is priced against the runs' probe's process alone, 6.4: on constants whose
+    # reference is half that, it costs twice the start.)
     runs = calibration.Groups.of(rows)
-    made_with = replace(truth, start_alone_s=6.4)
-    for errors in calibration.errors(runs, made_with).values():
+    for errors in calibration.errors(runs, truth).values():
         assert errors == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
-    off = calibration.errors(runs, replace(made_with, start_s=16.0))
-    assert off == calibration.errors(runs, replace(made_with, start_alone_s=3.2))
+    off = calibration.errors(runs, replace(truth, start_s=16.0))
+    assert off == calibration.errors(runs, replace(truth, start_alone_s=3.2))
     assert all(rate < -0.05 and outside > 0.05 for rate, outside, _ in off.values())
     table = calibration.compared(rows, {**fitted, "start_s": truth.start_s})
     assert "| runs | results/s | shipped | measured ones new | refit | outside train() |" in table

@@ -424,6 +424,54 @@ def test_noisy_scores_clone_trials_back_as_well_as_ahead() -> None:
     assert "PBT's exploits repeat ~6% more than the 320 iterations: ~340 train() calls" in lines
 
 
+def test_a_train_that_learns_more_a_batch_can_outrank_trials_that_iterated_further() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    pbt = Exploits(interval=4, quantile=0.25)
+    # One member's train() does four times the others' learning work (more epochs): it
+    # iterates a quarter as fast.
+    draws = [(4.0, 4.0)] + [(1.0, 1.0)] * 7
+
+    def run(learn: float, seed: int) -> Outcome:
+        return simulate(
+            sim,
+            draws,
+            at_once=8,
+            cores=8,
+            iterations=40,
+            exploits=pbt,
+            seed=seed,
+            score_noise=1.0,
+            learn_exponent=learn,
+        )
+
+    # Progress by calls: the dear member trails, is cloned to a cheap one (its cost with
+    # it) at its first decision, and the run ends when the cheap ones do.
+    by_calls = [run(0.0, seed) for seed in range(4)]
+    assert all(o.clones_back == 0 and o.wall_s < 60 for o in by_calls)
+    # Progress by the work a call learns from (its CPU over the draws' mean): the dear
+    # member keeps pace in score, nobody clones it away, and the run lasts its 40 calls
+    # of 4 s. Above 1 it leads, and the cheap ones behind it in score clone back to it.
+    by_work = [run(1.0, seed) for seed in range(4)]
+    assert all(o.wall_s == pytest.approx(160.0, abs=5.0) for o in by_work)
+    leading = [run(1.5, seed) for seed in range(4)]
+    assert sum(o.clones_back for o in leading) >= 3
+    assert sum(o.results for o in leading) > sum(o.results for o in by_calls)
+    # Equal draws: whatever the exponent, every call counts one iteration.
+    equal = [(1.0, 1.0)] * 8
+    same = simulate(sim, equal, at_once=8, cores=8, iterations=40, exploits=pbt, score_noise=2.0)
+    weighed = simulate(
+        sim,
+        equal,
+        at_once=8,
+        cores=8,
+        iterations=40,
+        exploits=pbt,
+        score_noise=2.0,
+        learn_exponent=1.0,
+    )
+    assert weighed == same
+
+
 def test_a_rule_that_clones_only_over_a_clear_gain_clones_a_share_of_the_decisions() -> None:
     sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
     draws = [(0.1, 0.1), (1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]

@@ -107,6 +107,13 @@ class Constants:
     # pooled over the sizes).
     clone_share: float = 0.65
     score_noise: float = 6.0
+    # What a train() counts toward that progress: (its CPU / the draws' mean) ** this, so
+    # that a member whose draw learns more a batch (more epochs, smaller minibatches) can
+    # outrank one that has iterated further, and the cheaper ones clone back to it (0:
+    # every call counts one iteration). Fitted with the noise and the share, to the clones,
+    # those to a donor behind and the calls skipped net: 0 on the 19 runs of 7 December
+    # (at 1, the wide space's runs at 16 and 32 repeat 15-40% more calls than they did).
+    learn_exponent: float = 0.0
     # The trial process's own CPU for each result outside train() (handing the result to
     # Tune, the checkpoint it asks for): shared on the cores as a train() is, so that its
     # wall grows with the crowd alike. Measured (the median over the runs of their time
@@ -149,6 +156,7 @@ class TrialCosts:
     clone_share: float
     source: str  # where the iteration's cost comes from
     score_noise: float = 0.0
+    learn_exponent: float = 0.0  # a train()'s progress: (its CPU / the draws' mean) ** this
     result_cpu_s: float = 0.0  # the trial's CPU for each result outside train()
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
     start_per_process: float = 0.0  # a start's CPU more per trial process a core
@@ -486,6 +494,7 @@ def forecast(
                 seed=seed,
                 clone_share=costs.clone_share,
                 score_noise=costs.score_noise,
+                learn_exponent=costs.learn_exponent,
                 budget=budget,
             )
         )

@@ -28,7 +28,11 @@ the donors, and its last result decides nothing (Tune stops it first). The
 model cannot know the scores: it ranks trials by how far they have trained at their last
 decisions, as a population that is learning does, plus a noise of ``score_noise``
 iterations drawn afresh at each decision (the evaluations' noise and the members' unequal
-learning): with it, a trial can rank below one behind it and clone back to it. Those clones
+learning): with it, a trial can rank below one behind it and clone back to it. How far a
+trial has trained counts each ``train()`` at what it learns: with ``learn_exponent`` e, a
+call of c CPU seconds counts (c / the draws' mean) ** e iterations, so that a member whose
+draw does more learning work a batch (more epochs, smaller minibatches) can lead one that
+has iterated further (e = 0: every call counts one). A clone takes its donor's. Those clones
 are the iterations a PBT population skips or repeats, and how its cost drifts toward the
 trials that run fastest. A rule that
 clones only over a clear gain (a significance test on the evaluations, a minimum gain, or
@@ -130,7 +134,9 @@ class _Trial:
     done: int = 0  # training_iteration
     start: int = 0  # iteration of its last restart from a clone
     decided: int | None = None  # iteration of its last decision
-    score: float = 0.0  # its score then: that iteration, plus the noise
+    score: float = 0.0  # its score then: what it had learned, plus the noise
+    learned: float = 0.0  # its train() calls, each counted at what it learns
+    learned_then: float = 0.0  # that at its last decision
     calls: int = 0
     train_s: float = 0.0
     slot_at: float | None = None  # when its slot was free for it (None: never launched)
@@ -225,12 +231,14 @@ def simulate(
     score_noise: float = 0.0,
     points: list[Hashable] | None = None,
     explore: Explore | None = None,
+    learn_exponent: float = 0.0,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
     cost in the order given, until each has ``iterations`` or the population has had
     ``budget`` train() calls; under a tested rule, ``clone_share`` of the decisions that
     find a donor clone; each decision's score off the trial's iteration by a normal noise
-    of ``score_noise`` iterations. ``points``: the values each draw's cost comes from;
+    of ``score_noise`` iterations, its progress each call counted at its CPU over the
+    draws' mean to the ``learn_exponent``. ``points``: the values each draw's cost comes from;
     with ``explore``, a clone takes its donor's values explored (PBT's perturbation), and
     their cost, rather than the donor's cost."""
     if iterations is None and budget is None:
@@ -247,6 +255,13 @@ def simulate(
     driver: deque[int] = deque()  # the results the driver has, the first in hand
     ranked: list[tuple[float, int]] = []  # (score, trial) of the trials that have decided
     clones = back = 0  # restarts from a donor; those behind the trial
+    mean_cpu = sum(c for c, _ in draws) / len(draws) if draws else 0.0
+
+    def learns(cost: tuple[float, float]) -> float:
+        """What one train() of this cost counts toward a trial's score, in iterations."""
+        if learn_exponent == 0.0 or mean_cpu <= 0.0 or cost[0] <= 0.0:
+            return 1.0
+        return float((cost[0] / mean_cpu) ** learn_exponent)
 
     def crowd() -> float:
         """Trial processes a core, of the trials under way."""
@@ -276,7 +291,7 @@ def simulate(
         t = trials[i]
         if t.decided is not None:
             ranked.remove((t.score, i))
-        t.decided, t.score = iteration, value
+        t.decided, t.score, t.learned_then = iteration, value, t.learned
         bisect.insort(ranked, (value, i))
 
     def decide(i: int) -> None:
@@ -285,7 +300,8 @@ def simulate(
         last = t.decided if t.decided is not None else t.start
         if t.done - last < exploits.interval or t.done <= exploits.burn_in:
             return
-        score(i, t.done, t.done + (rng.gauss(0.0, score_noise) if score_noise > 0 else 0.0))
+        noise = rng.gauss(0.0, score_noise) if score_noise > 0 else 0.0
+        score(i, t.done, t.learned + noise)
         n = len(ranked)
         k = math.ceil(n * exploits.quantile)
         if k > n / 2:
@@ -305,6 +321,7 @@ def simulate(
         assert donor.decided is not None
         back += donor.decided < t.done
         t.done = t.start = donor.decided
+        t.learned = donor.learned_then
         if explore is not None and donor.point is not None:
             t.point, t.cost = explore(donor.point, rng)
         else:
@@ -329,6 +346,7 @@ def simulate(
             train(i)
         elif kind == "trained":
             t.done += 1
+            t.learned += learns(t.cost)
             t.calls += 1
             t.train_s += cpu.now - since
             t.last_at = cpu.now
