@@ -25,9 +25,8 @@ class Groups:
     them (PBT's explore then moves a clone's cost as the forecast's does), and the median
     over its rounds of what the model forecasts: results a second, the share outside
     train(), the part of it before the first results, the train() calls, the clones and
-    those to a donor behind. A
-    group's trial start is priced as the run's own forecast priced it: the constants' start
-    times its probe's fresh process alone over theirs (``population.trial_costs``)."""
+    those to a donor behind. A group's trial start is priced as the run's own forecast
+    priced it, from its probe's fresh process alone (``population.start_priced``)."""
 
     cores: float
     exploits: Any
@@ -80,15 +79,12 @@ class Groups:
 
     def forecasts(self, constants: Any) -> Iterator[tuple[Key, Any, tuple[float, ...]]]:
         """Each group's key, the model's forecast of it on ``constants``, its figures."""
-        from workbench.plan.population import forecast, with_constants
+        from workbench.plan.population import forecast, start_priced, with_constants
 
         for key, figures in self.measured.items():
             size, iterations, nodes, _ = key
-            costs = with_constants(self.costs[key], constants)
-            if (alone := self.alone[key]) and constants.start_alone_s > 0:
-                costs = replace(costs, start_s=constants.start_s * alone / constants.start_alone_s)
             fc = forecast(
-                costs,
+                with_constants(self.costs[key], start_priced(constants, self.alone[key])),
                 trials=size,
                 at_once=size,
                 cores=self.cores,
@@ -166,9 +162,6 @@ def calibration(
     if end_s is None:
         end_s = shipped.end_s
     start_per_process = start_line[1] if start_line is not None else shipped.start_per_process
-    exploits = runs.exploits
-    measured = runs.measured
-    forecasts = runs.forecasts
 
     def clones_error(point: tuple[float, float, float]) -> float:
         """The largest relative error of the clones, those back and the calls skipped."""
@@ -185,7 +178,7 @@ def calibration(
             end_s=end_s,
         )
         clones = skipped = back = clones_measured = skipped_measured = back_measured = 0.0
-        for _, fc, figures in forecasts(constants):
+        for _, fc, figures in runs.forecasts(constants):
             if math.isnan(figures[4]):  # runs from before the benchmark counted clones
                 continue
             all_calls = fc.trials * fc.iterations
@@ -208,8 +201,10 @@ def calibration(
     if keep_clones:
         score_noise, clone_share = shipped.score_noise, shipped.clone_share
         learn_exponent = shipped.learn_exponent
-    elif exploits is not None and not all(math.isnan(figures[4]) for figures in measured.values()):
-        shares = [i / 20 for i in range(20, -1, -1)] if exploits.tested else [1.0]
+    elif runs.exploits is not None and not all(
+        math.isnan(figures[4]) for figures in runs.measured.values()
+    ):
+        shares = [i / 20 for i in range(20, -1, -1)] if runs.exploits.tested else [1.0]
         # (Points that fit alike: the least noise, the largest share, progress by calls.)
         noises = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
         learns = (0.0, 0.5, 1.0, 1.5)
@@ -237,7 +232,7 @@ def calibration(
             end_s=end_s,
         )
         worst = 0.0
-        for _, fc, (rate, outside, before, *_) in forecasts(constants):
+        for _, fc, (rate, outside, before, *_) in runs.forecasts(constants):
             worst = max(
                 worst,
                 abs(fc.iterations_per_s / rate - 1),

@@ -383,10 +383,7 @@ def trial_costs(
     if priced is None:
         return None
     measured = rate.start_cpu_s
-    if measured is not None and constants.start_alone_s > 0:
-        constants = replace(
-            constants, start_s=constants.start_s * measured / constants.start_alone_s
-        )
+    constants = start_priced(constants, measured)
     return TrialCosts(
         processes=processes,
         iterations=tuple(cost for cost, _ in priced),
@@ -395,6 +392,15 @@ def trial_costs(
         start_measured_s=measured,
         **asdict(constants),
     )
+
+
+def start_priced(constants: Constants, alone_s: float | None) -> Constants:
+    """``constants`` with a trial's start priced from a fresh process's start measured
+    alone here (``alone_s``, the probe's; None: as measured then): ``start_s`` times it over
+    the constants' own ``start_alone_s``, so that the start moves with the machine."""
+    if alone_s is None or not constants.start_alone_s > 0:
+        return constants
+    return replace(constants, start_s=constants.start_s * alone_s / constants.start_alone_s)
 
 
 def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
