@@ -109,11 +109,24 @@ def errors(runs: Groups, constants: Any) -> dict[Key, tuple[float, float, float]
     }
 
 
+# The points (score noise, clone share, learn exponent, score ceiling) the fit of the clones
+# tries, in its order of preference where they fit alike: no ceiling, progress by calls, the
+# least noise, the largest share. (The share is 1 under a rule that clones at every rank.)
+CLONE_GRID = [
+    (noise, share, learn, ceiling)
+    for ceiling in (math.inf, 20.0, 12.0, 8.0)
+    for learn in (0.0, 0.5, 1.0)
+    for noise in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
+    for share in (1.0, 0.9, 0.8, 0.7, 0.65, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+]
+
+
 def calibration(
     rows: list[dict[str, Any]],
     grid: list[tuple[float, ...]] | None = None,
     shipped: Any = None,
     keep_clones: bool = False,
+    clone_grid: list[tuple[float, float, float, float]] | None = None,
 ) -> dict[str, float]:
     """The constants of workbench/plan/population.py from these runs (each population
     placed at once; the train() costs are their probe's, which the runs carry):
@@ -124,14 +137,16 @@ def calibration(
       run's end after its last result (``measured_end``);
     * fitted first, alone: the noise of the scores about the trials' progress (0 to 32
       iterations), what a train() counts toward that progress (its CPU over the draws' mean
-      to the power 0, 0.5, 1 or 1.5) and, under the experiment's tested rule, the share of
-      the decisions with a donor that clone (1, 0.95, ..., 0): the three whose simulated
+      to the power 0, 0.5 or 1), the progress past which a score rises no further (none,
+      20, 12 or 8 iterations) and, under the experiment's tested rule, the share of the
+      decisions with a donor that clone (1, 0.9, ..., 0): the four (``clone_grid``: other
+      points to try, ``CLONE_GRID``'s order of preference) whose simulated
       runs come nearest the runs' clones, those to a donor behind, and the iterations
       they skipped net (over the sizes, the sum of each size's median; the largest
       relative error of those as small as it can be), the
       other constants as shipped (``shipped``: others; the counts hardly depend on them:
       they are figures of the population's scores, not of the machine's speed), or with
-      ``keep_clones`` the shipped three;
+      ``keep_clones`` the shipped four;
     * measured where the runs carry it (``start_cpu_s``: each trial process's CPU when its
       first train() began): a process's start, as a line in the trial processes per core
       through each run's ratio of its median start to its probe's fresh process alone
@@ -163,9 +178,9 @@ def calibration(
         end_s = shipped.end_s
     start_per_process = start_line[1] if start_line is not None else shipped.start_per_process
 
-    def clones_error(point: tuple[float, float, float]) -> float:
+    def clones_error(point: tuple[float, float, float, float]) -> float:
         """The largest relative error of the clones, those back and the calls skipped."""
-        noise, share, learn = point
+        noise, share, learn, ceiling = point
         constants = replace(
             shipped,
             driver_s=driver,
@@ -174,6 +189,7 @@ def calibration(
             clone_share=share,
             score_noise=noise,
             learn_exponent=learn,
+            score_ceiling=ceiling,
             start_per_process=start_per_process,
             end_s=end_s,
         )
@@ -197,20 +213,16 @@ def calibration(
         )
 
     score_noise, clone_share = 0.0, 1.0
-    learn_exponent = 0.0
+    learn_exponent, score_ceiling = 0.0, math.inf
     if keep_clones:
         score_noise, clone_share = shipped.score_noise, shipped.clone_share
-        learn_exponent = shipped.learn_exponent
+        learn_exponent, score_ceiling = shipped.learn_exponent, shipped.score_ceiling
     elif runs.exploits is not None and not all(
         math.isnan(figures[4]) for figures in runs.measured.values()
     ):
-        shares = [i / 20 for i in range(20, -1, -1)] if runs.exploits.tested else [1.0]
-        # (Points that fit alike: the least noise, the largest share, progress by calls.)
-        noises = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0)
-        learns = (0.0, 0.5, 1.0, 1.5)
-        score_noise, clone_share, learn_exponent = min(
-            ((noise, share, learn) for learn in learns for noise in noises for share in shares),
-            key=clones_error,
+        tested = runs.exploits.tested
+        score_noise, clone_share, learn_exponent, score_ceiling = min(
+            [p for p in clone_grid or CLONE_GRID if tested or p[1] == 1.0], key=clones_error
         )
 
     def error(point: tuple[float, ...]) -> float:
@@ -228,6 +240,7 @@ def calibration(
             clone_share=clone_share,
             score_noise=score_noise,
             learn_exponent=learn_exponent,
+            score_ceiling=score_ceiling,
             start_per_process=start_per_process,
             end_s=end_s,
         )
@@ -288,7 +301,8 @@ def calibration(
         "clone_share": clone_share,
         "score_noise": score_noise,
         "learn_exponent": learn_exponent,
-        "clones_error": clones_error((score_noise, clone_share, learn_exponent)),
+        "score_ceiling": score_ceiling,
+        "clones_error": clones_error((score_noise, clone_share, learn_exponent, score_ceiling)),
         "largest_error": error(best),
         "start_measured": float(start_line is not None),
     }
@@ -478,4 +492,18 @@ def compared(rows: list[dict[str, Any]], constants: dict[str, float]) -> str:
         for name in variants
     )
     lines.append(f"\nwithin 25% of {2 * len(runs.measured)}: {within}")
+    # What the clones' fit matches: the clones, those to a donor behind, the train() calls.
+    clones = {name: {k: fc for k, fc, _ in runs.forecasts(c)} for name, c in variants.items()}
+    lines += [
+        f"\n| runs | clones (back), calls | {head} |",
+        "|---|---:|" + "---:|" * len(variants),
+    ]
+    for key, (*_, results, count, back) in runs.measured.items():
+        size, _, _, space = key
+        label = f"{size}" + ("" if space == "searched" else f" ({space} costs)")
+        each_fc = " | ".join(
+            f"{fc.clones:.1f} ({fc.clones_back:.1f}), {fc.results:.0f}"
+            for fc in (clones[name][key] for name in variants)
+        )
+        lines.append(f"| {label} | {count:.1f} ({back:.1f}), {results:.0f} | {each_fc} |")
     return "\n".join(lines)

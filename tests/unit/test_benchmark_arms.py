@@ -5,6 +5,7 @@ tests/benchmarks/test_benchmarks.py)."""
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from dataclasses import replace
@@ -832,7 +833,15 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         for e in (1.0, 2.0)
         for d in (0.0, 0.05)
     ]
-    fitted = calibration.calibration(rows, grid=grid, shipped=truth)
+    # And the clones' fit tries the truth among its neighbours (the runs', CLONE_GRID).
+    clone_grid = [
+        (noise, share, learn, ceiling)
+        for ceiling in (math.inf, 6.0)
+        for learn in (0.0, 1.5)
+        for noise in (1.0, 2.0, 3.0)
+        for share in (0.6, 0.5, 0.4)
+    ]
+    fitted = calibration.calibration(rows, grid=grid, shipped=truth, clone_grid=clone_grid)
     assert fitted["largest_error"] < 0.01
     assert (fitted["start_s"], fitted["result_s"]) == (8.0, 0.3)
     # The start is fitted in the runs' CPU seconds, beside their measured start alone.
@@ -844,6 +853,7 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     # hardly the machine's.
     assert (fitted["score_noise"], fitted["clone_share"]) == (2.0, 0.5)
     assert fitted["learn_exponent"] == 0.0  # every train() counts one iteration
+    assert fitted["score_ceiling"] == math.inf  # the scores rise as the trials train
     assert fitted["clones_error"] < 1e-9
     assert fitted["driver_s"] == pytest.approx(0.1)
     assert fitted["ray_cores_per_node"] == pytest.approx(0.05)
@@ -859,7 +869,9 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         row["start_cpu_s"] = [median - 0.4, median, median, median + 0.1, median + 0.5]
     off_grid = [(10.0 if point[0] == 8.0 else point[0], *point[1:]) for point in grid]
     shipped_flat = replace(truth, start_per_process=0.0)
-    measured = calibration.calibration(rows, grid=off_grid, shipped=shipped_flat)
+    measured = calibration.calibration(
+        rows, grid=off_grid, shipped=shipped_flat, clone_grid=clone_grid
+    )
     assert measured["start_measured"] == 1.0
     assert measured["start_s"] == pytest.approx(8.0)
     assert measured["start_per_process"] == pytest.approx(0.02)
@@ -876,7 +888,10 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     # draws outrank the cheap): the clones, those back and the calls skipped give it back,
     # with the noise and the share.
     learned = calibration.calibration(
-        rows_of(replace(truth, learn_exponent=1.5)), grid=grid, shipped=truth
+        rows_of(replace(truth, learn_exponent=1.5)),
+        grid=grid,
+        shipped=truth,
+        clone_grid=clone_grid,
     )
     assert (learned["learn_exponent"], learned["score_noise"], learned["clone_share"]) == (
         1.5,
@@ -884,6 +899,20 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
         0.5,
     )
     assert learned["clones_error"] < 1e-9
+    # Runs whose scores level off past 6 iterations of progress (the task solved): the
+    # members there clone back as often as forward, and the fit finds the ceiling.
+    level = calibration.calibration(
+        rows_of(replace(truth, score_ceiling=6.0)),
+        grid=grid,
+        shipped=truth,
+        clone_grid=clone_grid,
+    )
+    assert (level["score_ceiling"], level["score_noise"], level["clone_share"]) == (
+        6.0,
+        2.0,
+        0.5,
+    )
+    assert level["learn_exponent"] == 0.0 and level["clones_error"] < 1e-9
     # The forecast's errors on the runs (each size's median round): none on the constants
     # they were made with, and the shipped, the measured ones new and the refit side by
     # side, with how many of the bar's figures each brings within 25%.
@@ -899,7 +928,14 @@ def test_population_scale_calibration_finds_the_constants_its_runs_were_made_wit
     assert "| runs | results/s | shipped | measured ones new | refit | outside train() |" in table
     six = next(line for line in table.splitlines() if line.startswith("| 6 |"))
     assert six.endswith("| +0% |")  # the refit's share outside train(), the last column
-    assert "within 25% of 4: " in table and table.rstrip().endswith("refit 4")
+    within = next(line for line in table.splitlines() if line.startswith("within 25% of 4: "))
+    assert within.endswith("refit 4")
+    # And what the clones' fit matched, the runs' (the rounds' median) beside each variant's:
+    # the refit's, the truth's, as the runs.
+    assert "| runs | clones (back), calls | shipped | measured ones new | refit |" in table
+    twelve = [line for line in table.splitlines() if line.startswith("| 12 |")][-1]
+    _, measured, *_, refit = twelve.strip("| ").split(" | ")
+    assert measured == refit == "4.2 (0.2), 138"
 
 
 def test_population_scale_lists_the_long_waits_between_a_trials_results() -> None:

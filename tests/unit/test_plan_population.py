@@ -472,6 +472,38 @@ def test_a_train_that_learns_more_a_batch_can_outrank_trials_that_iterated_furth
     assert weighed == same
 
 
+def test_past_the_score_ceiling_members_far_ahead_clone_back_as_often_as_forward() -> None:
+    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
+    pbt = Exploits(interval=4, quantile=0.25)
+    # Half the members iterate twice as fast: with no ceiling they lead in score by as much
+    # as they lead in iterations, and no noise of an iteration turns that round.
+    draws = [(0.5, 0.5)] * 4 + [(1.0, 1.0)] * 4
+
+    def run(ceiling: float, seed: int) -> Outcome:
+        return simulate(
+            sim,
+            draws,
+            at_once=8,
+            cores=8,
+            iterations=40,
+            exploits=pbt,
+            seed=seed,
+            score_noise=1.0,
+            score_ceiling=ceiling,
+        )
+
+    rising = [run(math.inf, seed) for seed in range(6)]
+    level = [run(10.0, seed) for seed in range(6)]
+    # Once every member has 10 iterations of progress, the scores tie but for the noise:
+    # the fast members clone back to the slow ones (repeating calls), as the slow ones to
+    # them.
+    assert sum(o.clones_back for o in rising) <= 1
+    assert sum(o.clones_back for o in level) >= 6
+    assert sum(o.results for o in level) > sum(o.results for o in rising)
+    # A ceiling no member reaches changes nothing.
+    assert run(1000.0, 0) == run(math.inf, 0)
+
+
 def test_a_rule_that_clones_only_over_a_clear_gain_clones_a_share_of_the_decisions() -> None:
     sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
     draws = [(0.1, 0.1), (1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]

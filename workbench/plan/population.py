@@ -118,6 +118,10 @@ class Constants:
     # those to a donor behind and the calls skipped net: 0 on the 19 runs of 7 December
     # (at 1, the wide space's runs at 16 and 32 repeat 15-40% more calls than they did).
     learn_exponent: float = 0.0
+    # The progress, in iterations, past which a decision's score rises no further (the task
+    # solved: the members there rank by the noise alone). Fitted with the
+    # noise and the share.
+    score_ceiling: float = math.inf
     # The trial process's own CPU for each result outside train() (handing the result to
     # Tune, the checkpoint it asks for): shared on the cores as a train() is, so that its
     # wall grows with the crowd alike. Measured (the median over the runs of their time
@@ -161,6 +165,7 @@ class TrialCosts:
     source: str  # where the iteration's cost comes from
     score_noise: float = 0.0
     learn_exponent: float = 0.0  # a train()'s progress: (its CPU / the draws' mean) ** this
+    score_ceiling: float = math.inf  # the progress past which a score rises no further
     result_cpu_s: float = 0.0  # the trial's CPU for each result outside train()
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
     start_per_process: float = 0.0  # a start's CPU more per trial process a core
@@ -505,6 +510,7 @@ def forecast(
                 clone_share=costs.clone_share,
                 score_noise=costs.score_noise,
                 learn_exponent=costs.learn_exponent,
+                score_ceiling=costs.score_ceiling,
                 budget=budget,
             )
         )

@@ -32,12 +32,15 @@ learning): with it, a trial can rank below one behind it and clone back to it. H
 trial has trained counts each ``train()`` at what it learns: with ``learn_exponent`` e, a
 call of c CPU seconds counts (c / the draws' mean) ** e iterations, so that a member whose
 draw does more learning work a batch (more epochs, smaller minibatches) can lead one that
-has iterated further (e = 0: every call counts one). A clone takes its donor's. Those clones
-are the iterations a PBT population skips or repeats, and how its cost drifts toward the
-trials that run fastest. A rule that
-clones only over a clear gain (a significance test on the evaluations, a minimum gain, or
-sparing a member still improving) lets through a share of those decisions only
-(``clone_share``): the gain a trial ahead shows is often within the evaluations' noise.
+has iterated further (e = 0: every call counts one). A learning curve levels off where the
+task is solved (CartPole's returns stop at 500): past ``score_ceiling`` iterations of
+progress a score rises no further, and the members there rank by the noise alone, so that
+one far ahead clones back to one behind as often as forward. A clone takes its donor's
+progress. Those clones are the iterations a PBT population skips or repeats, and how its
+cost drifts toward the trials that run fastest. A rule that clones only over a clear gain
+(a significance test on the evaluations, a minimum gain, or sparing a member still
+improving) lets through a share of those decisions only (``clone_share``): the gain a
+trial ahead shows is often within the evaluations' noise.
 
 Each trial draws its ``train()`` cost from the searched hyperparameters; the forecast
 averages runs over several orders of those draws (which trial starts where is Ray's
@@ -232,15 +235,16 @@ def simulate(
     points: list[Hashable] | None = None,
     explore: Explore | None = None,
     learn_exponent: float = 0.0,
+    score_ceiling: float = math.inf,
 ) -> Outcome:
     """One run of ``len(draws)`` trials, ``at_once`` at a time, each drawing its train()
     cost in the order given, until each has ``iterations`` or the population has had
     ``budget`` train() calls; under a tested rule, ``clone_share`` of the decisions that
     find a donor clone; each decision's score off the trial's iteration by a normal noise
     of ``score_noise`` iterations, its progress each call counted at its CPU over the
-    draws' mean to the ``learn_exponent``. ``points``: the values each draw's cost comes from;
-    with ``explore``, a clone takes its donor's values explored (PBT's perturbation), and
-    their cost, rather than the donor's cost."""
+    draws' mean to the ``learn_exponent`` and held at most ``score_ceiling``. ``points``:
+    the values each draw's cost comes from; with ``explore``, a clone takes its donor's
+    values explored (PBT's perturbation), and their cost, rather than the donor's cost."""
     if iterations is None and budget is None:
         raise ValueError("a run needs iterations per trial or a budget for the population")
     limit = math.inf if iterations is None else iterations
@@ -301,7 +305,7 @@ def simulate(
         if t.done - last < exploits.interval or t.done <= exploits.burn_in:
             return
         noise = rng.gauss(0.0, score_noise) if score_noise > 0 else 0.0
-        score(i, t.done, t.learned + noise)
+        score(i, t.done, min(t.learned, score_ceiling) + noise)
         n = len(ranked)
         k = math.ceil(n * exploits.quantile)
         if k > n / 2:
