@@ -424,25 +424,37 @@ def test_noisy_scores_clone_trials_back_as_well_as_ahead() -> None:
     assert "PBT's exploits repeat ~6% more than the 320 iterations: ~340 train() calls" in lines
 
 
+def _pbt_of_eight(
+    draws: list[tuple[float, float]],
+    seed: int = 0,
+    *,
+    noise: float = 1.0,
+    learn: float = 0.0,
+    ceiling: float = math.inf,
+) -> Outcome:
+    """Eight trials at once on eight cores, 40 iterations each, PBT every 4 iterations
+    with a quarter cloning, nothing outside train()."""
+    return simulate(
+        Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0),
+        draws,
+        at_once=8,
+        cores=8,
+        iterations=40,
+        exploits=Exploits(interval=4, quantile=0.25),
+        seed=seed,
+        score_noise=noise,
+        learn_exponent=learn,
+        score_ceiling=ceiling,
+    )
+
+
 def test_a_train_that_learns_more_a_batch_can_outrank_trials_that_iterated_further() -> None:
-    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
-    pbt = Exploits(interval=4, quantile=0.25)
     # One member's train() does four times the others' learning work (more epochs): it
     # iterates a quarter as fast.
     draws = [(4.0, 4.0)] + [(1.0, 1.0)] * 7
 
     def run(learn: float, seed: int) -> Outcome:
-        return simulate(
-            sim,
-            draws,
-            at_once=8,
-            cores=8,
-            iterations=40,
-            exploits=pbt,
-            seed=seed,
-            score_noise=1.0,
-            learn_exponent=learn,
-        )
+        return _pbt_of_eight(draws, seed, learn=learn)
 
     # Progress by calls: the dear member trails, is cloned to a cheap one (its cost with
     # it) at its first decision, and the run ends when the cheap ones do.
@@ -458,39 +470,16 @@ def test_a_train_that_learns_more_a_batch_can_outrank_trials_that_iterated_furth
     assert sum(o.results for o in leading) > sum(o.results for o in by_calls)
     # Equal draws: whatever the exponent, every call counts one iteration.
     equal = [(1.0, 1.0)] * 8
-    same = simulate(sim, equal, at_once=8, cores=8, iterations=40, exploits=pbt, score_noise=2.0)
-    weighed = simulate(
-        sim,
-        equal,
-        at_once=8,
-        cores=8,
-        iterations=40,
-        exploits=pbt,
-        score_noise=2.0,
-        learn_exponent=1.0,
-    )
-    assert weighed == same
+    assert _pbt_of_eight(equal, noise=2.0, learn=1.0) == _pbt_of_eight(equal, noise=2.0)
 
 
 def test_past_the_score_ceiling_members_far_ahead_clone_back_as_often_as_forward() -> None:
-    sim = Costs(processes=1, start_s=0.0, rest_s=0.0, driver_s=0.0)
-    pbt = Exploits(interval=4, quantile=0.25)
     # Half the members iterate twice as fast: with no ceiling they lead in score by as much
     # as they lead in iterations, and no noise of an iteration turns that round.
     draws = [(0.5, 0.5)] * 4 + [(1.0, 1.0)] * 4
 
     def run(ceiling: float, seed: int) -> Outcome:
-        return simulate(
-            sim,
-            draws,
-            at_once=8,
-            cores=8,
-            iterations=40,
-            exploits=pbt,
-            seed=seed,
-            score_noise=1.0,
-            score_ceiling=ceiling,
-        )
+        return _pbt_of_eight(draws, seed, ceiling=ceiling)
 
     rising = [run(math.inf, seed) for seed in range(6)]
     level = [run(10.0, seed) for seed in range(6)]
