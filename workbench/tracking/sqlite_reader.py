@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 # The alembic revisions of MLflow's tracking schema this reader was checked against
-# (MLflow 3.x, as pinned in pyproject.toml).
-KNOWN_REVISIONS = frozenset({"dc11669786a5"})
+# (MLflow 3.x, as pinned in pyproject.toml): 3.17's head, and 3.18's, whose three new
+# revisions add the skill registry's tables, columns of the issues' tables and the MCP
+# servers' version collation, none of them a table this reader reads.
+KNOWN_REVISIONS = frozenset({"dc11669786a5", "f4a9b2c7d1e6"})
 DEFAULT_WORKSPACE = "default"
 
 _CONDITION = re.compile(
