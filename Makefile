@@ -27,11 +27,14 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 # Dependencies: torch first, then the build backend (editable builds run without
-# isolation so that rebuilds reuse build/), then the project and its extras.
+# isolation so that rebuilds reuse build/), then the project and its extras. pip
+# byte-compiles on one core; compileall afterwards uses them all (a process that imports
+# an uncompiled module compiles it again each time where PYTHONDONTWRITEBYTECODE is set).
 $(STAMP)/deps: pyproject.toml | $(PY)
-	$(PIP) install --quiet $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PIP) install --quiet --no-compile $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
-	$(PIP) install --quiet --no-build-isolation -e ".[test,lint]"
+	$(PIP) install --quiet --no-compile --no-build-isolation -e ".[test,lint]"
+	$(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
 	@mkdir -p $(STAMP) && touch $@
 
 # The C++ extension: rebuilt when a source changes. The stamp takes the time the
@@ -108,10 +111,15 @@ test-deps: $(STAMP)/box2d
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
 
+# mypy's cache lives outside the clone, so that a fresh clone (CI's) checks only what
+# differs from the last check on this machine: about 8 s against 66 s cold. mypy checks
+# each cached module against its source's hash, so one cache serves every clone.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pbt-workbench/mypy
+
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy
+	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) tools/check_ray_internals.py
 
