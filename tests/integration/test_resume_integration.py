@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import signal
 import subprocess
@@ -20,7 +21,9 @@ from mlflow.tracking import MlflowClient
 from tests.support.experiments import small_pbt, write_experiment
 from tests.support.results import count_results, result_rows, rows_as_ray_reads_them
 from workbench.analysis.lineage import check_sequence, read_jsonl
-from workbench.names import LINEAGE_FILE
+from workbench.names import LINEAGE_FILE, ROLE_TAG, STEP_METRIC
+from workbench.trial.candidates import evaluations, kept, read_result
+from workbench.trial.manifest import problem
 
 WORKBENCH = str(Path(sys.executable).parent / "workbench")
 
@@ -74,111 +77,174 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A driver in its own session (a SIGKILL reaches it alone), its output unbuffered
+    into ``log`` so that what it printed before a kill is there."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [WORKBENCH, *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def _kill_when(driver: subprocess.Popen[bytes], ready: Any, then_s: float, what: str) -> None:
+    """SIGKILLs the driver alone (Ray's processes stay behind, as after a lost node or an
+    OOM kill) ``then_s`` seconds after ``ready()`` holds."""
+    try:
+        deadline = time.monotonic() + 300
+        while not ready():
+            assert driver.poll() is None, f"the driver ended before {what}"
+            assert time.monotonic() < deadline, f"no progress before {what}"
+            time.sleep(0.2)
+        time.sleep(then_s)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    except BaseException:
+        os.killpg(driver.pid, signal.SIGKILL)
+        raise
+
+
 def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
+    """The driver SIGKILLed at random points, twice, and resumed each time. Each resume
+    stops the Ray processes the killed driver left and nothing else, and goes on from the
+    checkpoints the last snapshot names with the values PBT had given them; at the end the
+    MLflow runs, the lineage, Tune's result rows and the kept candidates agree."""
+    rng = random.Random(7)
     # PBT decides at every iteration: the one deciding has the newer, usually better
-    # score, so exploits come by noise; 30 decisions each make one after the resume all
-    # but certain. Iterations of 1000 env steps (about a second): with 256 (0.3 s) an
+    # score, so exploits come by noise; 30 decisions each make one after a resume all but
+    # certain. Iterations of 1000 env steps (about a second): with 256 (0.3 s) an
     # exploited trial, restarting in a new process, came back 20 iterations behind the
-    # other, which had finished or had no checkpoint the rules let it give.
+    # other, which had finished or had no checkpoint the rules let it give; and the
+    # population finished between two kills.
     experiment = _experiment(
         tmp_path,
         scheduler={"type": "pbt", "perturbation_interval": 1, "quantile_fraction": 0.5},
         training={"train_batch_size_per_learner": 1000, "minibatch_size": 250, "num_epochs": 2},
         stop={"iterations": ITERATIONS},
+        # Short evaluations and kept candidates, cut by the kills too; the result chosen
+        # at the end from what survived them.
+        evaluation={"every": 2, "keep": 2, "episodes": 20},
     )
     results_dir = tmp_path / "results" / "pop"
-    driver = subprocess.Popen(
-        [WORKBENCH, "run", str(experiment), "--name", "pop"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            counts = count_results(tmp_path / "results" / "mlflow.db")
-            exploited = (results_dir / LINEAGE_FILE).exists()
-            if len(counts) == 2 and min(counts.values()) >= 3 and exploited:
-                break
-            assert driver.poll() is None, "the run ended before the kill"
-            time.sleep(0.5)
-        else:
-            pytest.fail("the population never got going")
-        os.kill(driver.pid, signal.SIGKILL)  # the driver only: Ray's processes stay behind
-        driver.wait()
-    except BaseException:
-        os.killpg(driver.pid, signal.SIGKILL)
-        raise
+    store = tmp_path / "results" / "mlflow.db"
+    logs = [tmp_path / f"driver{n}.log" for n in range(3)]
+    driver = _start(["run", str(experiment), "--name", "pop"], logs[0])
+
+    def exploited_and_going() -> bool:
+        counts = count_results(store)
+        exploited = (results_dir / LINEAGE_FILE).exists()
+        return len(counts) == 2 and min(counts.values()) >= 3 and exploited
+
+    _kill_when(driver, exploited_and_going, rng.uniform(0.0, 1.5), "the first kill")
     session = json.loads((results_dir / "ray_session.json").read_text())
     leftovers = [
         int(p.name)
         for p in Path("/proc").iterdir()
         if p.name.isdigit() and session["session_dir"].encode() in _cmd(p)
     ]
-    restore_from = _snapshot_checkpoints(results_dir)
-    rows_before = {name: len(r) for name, r in result_rows(results_dir).items()}
     exploits_before = len(read_jsonl(results_dir / LINEAGE_FILE))
     # A process of someone else's that names the session's path (a `tail -f` on a Ray
     # log): the cleanup must leave it alone.
     log = str(Path(session["session_dir"]) / "logs" / "raylet.out")
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", log])
+    # Per kill: the checkpoint each trial goes on from and its rows before the resume.
+    kills = [(_snapshot_checkpoints(results_dir), _row_counts(results_dir))]
     try:
-        resumed = subprocess.run(
-            [WORKBENCH, "resume", str(results_dir)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        driver = _start(["resume", str(results_dir)], logs[1])
+        # The second kill: more training than at the first, then a random moment more.
+        seen = sum(count_results(store).values())
+        progress = lambda: sum(count_results(store).values()) >= seen + 2  # noqa: E731
+        _kill_when(driver, progress, rng.uniform(0.0, 1.5), "the second kill")
+        kills.append((_snapshot_checkpoints(results_dir), _row_counts(results_dir)))
         assert bystander.poll() is None, "the cleanup killed an unrelated process"
     finally:
         bystander.kill()
         bystander.wait()
-    assert resumed.returncode == 0, (
-        resumed.stdout[-3000:] + resumed.stderr[-3000:] + _trial_errors(results_dir, resumed.stdout)
-    )
     if leftovers:  # Ray's own processes outlive a SIGKILLed driver: the ones it recorded
-        assert "left behind by the interrupted driver" in resumed.stdout
+        assert "left behind by the interrupted driver" in logs[1].read_text()
         assert not [pid for pid in leftovers if _alive(pid)]
 
+    driver = _start(["resume", str(results_dir)], logs[2])
+    try:
+        code = driver.wait(timeout=600)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    out = logs[2].read_text()
+    assert code == 0, out[-3000:] + _trial_errors(results_dir, out)
+
     rows = result_rows(results_dir)
+    assert len(rows) == 2
     for name, trial_rows in rows.items():
         assert trial_rows[-1]["training_iteration"] == ITERATIONS, name  # its stop rule
-        if name in restore_from:
-            after = trial_rows[rows_before[name] :]
-            iteration, lr = restore_from[name]
-            # Bounded loss: it went on from the last checkpoint Tune had completed ...
-            assert after[0]["training_iteration"] == iteration + 1, name
-            # ... with the hyperparameters it had then (Tune alone resets a restored
-            # trial to the values it was created with, undoing PBT's exploits).
-            assert after[0]["config"]["lr"] == pytest.approx(lr), name
+    checked = 0
+    for n, (restore_from, before) in enumerate(kills):
+        # Bounded loss: a trial the resume ran went on from the last checkpoint Tune had
+        # completed, with the hyperparameters it had then (Tune alone resets a restored
+        # trial to the values it was created with, undoing PBT's exploits).
+        upto = kills[n + 1][1] if n + 1 < len(kills) else {k: len(r) for k, r in rows.items()}
+        for name, (iteration, lr) in restore_from.items():
+            if upto.get(name, 0) <= before.get(name, 0):
+                continue  # no result in that session
+            first = rows[name][before.get(name, 0)]
+            assert first["training_iteration"] == iteration + 1, (n, name)
+            assert first["config"]["lr"] == pytest.approx(lr), (n, name)
+            checked += 1
+    assert checked, kills  # the last resume runs every trial the kill left unfinished
 
     records = read_jsonl(results_dir / LINEAGE_FILE)
     assert check_sequence(records) == []
     assert len(records) > exploits_before, "PBT did not exploit after the resume"
+    assert {r.target_name for r in records} | {r.source_name for r in records} <= set(rows)
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{store}")
     exp = client.get_experiment_by_name("pop")
     runs = client.search_runs([exp.experiment_id])
-    trials = [r for r in runs if r.data.tags.get("workbench.role") == "trial"]
-    assert sorted(r.info.run_name for r in trials) == sorted(rows)
     assert all(r.info.status == "FINISHED" for r in runs)
+    parents = [r for r in runs if r.data.tags.get(ROLE_TAG) == "population"]
+    trials = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
+    assert len(parents) == 1 and sorted(r.info.run_name for r in trials) == sorted(rows)
     for run in trials:
-        history = client.get_metric_history(run.info.run_id, "training_iteration")
+        history = client.get_metric_history(run.info.run_id, STEP_METRIC)
         steps = sorted(m.step for m in history)
         assert steps == list(range(1, len(steps) + 1)), run.info.run_name
         # Every result the store has is a row of Tune's result.json, in order: no row was
-        # lost across the kill, the restores and PBT's exploits (the store, written from
-        # a queue, may miss the results in flight at the SIGKILL; the rows may not).
+        # lost across the kills, the restores and PBT's exploits (the store, written from
+        # a queue, may miss the results in flight at a SIGKILL; the rows may not).
         stored = [int(m.value) for m in sorted(history, key=lambda m: m.step)]
-        kept = iter(r["training_iteration"] for r in rows[run.info.run_name])
-        assert all(any(k == v for k in kept) for v in stored), run.info.run_name
+        kept_rows = iter(r["training_iteration"] for r in rows[run.info.run_name])
+        assert all(any(k == v for k in kept_rows) for v in stored), run.info.run_name
         assert max(history, key=lambda m: m.step).value == ITERATIONS
     # Whole: each row on its own line (result_rows parsed every one), and Ray's own
     # reader reads every trial's rows, with no warning.
     by_ray, warnings = rows_as_ray_reads_them(results_dir)
     assert warnings == []
     assert by_ray == {name: len(r) for name, r in rows.items()}
+    # The parent run carries the same lineage as the results folder.
+    local = (results_dir / LINEAGE_FILE).read_text().splitlines()
+    artifact = client.download_artifacts(parents[0].info.run_id, LINEAGE_FILE, str(tmp_path))
+    assert sorted(map(json.loads, Path(artifact).read_text().splitlines()), key=str) == sorted(
+        map(json.loads, local), key=str
+    )
+    # Each member's kept candidates are whole checkpoints, at most `keep`, each one of
+    # its evaluations; the population's result is one of the policies that survived.
+    for name in rows:
+        candidates = kept(results_dir / name)
+        assert 1 <= len(candidates) <= 2, name
+        evaluated = {(e.iteration, e.return_mean) for e in evaluations(results_dir / name)}
+        for folder, record in candidates:
+            assert problem(folder) is None, folder
+            assert (record.iteration, record.return_mean) in evaluated, folder
+    result = read_result(results_dir)
+    assert result is not None and result.trial_name in rows
+    assert problem(result.checkpoint_path(results_dir)) is None
+
+
+def _row_counts(results_dir: Path) -> dict[str, int]:
+    return {name: len(r) for name, r in result_rows(results_dir).items()}
 
 
 def _trial_errors(results_dir: Path, output: str) -> str:

@@ -47,8 +47,8 @@ def small_pbt(tmp_path: Path | None = None, **fields: Any) -> dict[str, Any]:
     half a CPU for the main process and for the learner, 4 envs per runner, no
     end-of-run evaluation (tests/unit/test_evaluate.py's subject) and no short
     evaluations while it trains (a third of a small trial's time; the subject of
-    tests/integration/test_population_result_integration.py and of the soak, which ask
-    for them). Its search space, size and stop rule are the caller's."""
+    tests/integration/test_population_result_integration.py and of the killed-driver
+    drill, which ask for them). Its search space, size and stop rule are the caller's."""
     population = {
         "name": "pop",
         "training": SMALL_PPO,

@@ -125,7 +125,7 @@ def test_a_folder_tune_never_registered_is_pruned_with_the_old_ones(tmp_path: Pa
 def test_an_unregistered_folder_among_the_kept_ones_is_left(tmp_path: Path) -> None:
     """Folder 2: a save whose result reaches the driver after a later one's (PBT waited on
     it itself); pruned, a killed driver's snapshot named it as the trial's restore point
-    (the soak test, once)."""
+    (the killed-driver drill, once)."""
     trial = _trial(tmp_path, registered=[0, 1, 3, 4], unregistered=[2])
     guard = CheckpointGuard(keep=3, scheduler=SimpleNamespace(_trial_state={}))
     guard.on_checkpoint(0, [trial], trial, trial.checkpoint)

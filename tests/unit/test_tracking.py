@@ -272,7 +272,7 @@ def _two_trials_two_results(tracker: MlflowTracker) -> tuple[FakeTrial, FakeTria
 def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
     tmp_path: Path,
 ) -> None:
-    # Seen in the soak drill: exploit 0 (of a) waited for a's restart, exploit 1 (of b)
+    # Seen in the killed-driver drill: exploit 0 (of a) waited for a's restart, exploit 1 (of b)
     # was written, the driver was killed; the resumed driver numbered on from the file's
     # line count and gave 1 again, and 0 never came: "seq 0 missing, seq 1 appears 2
     # times". Exploit 0 is now in the snapshot, and written once a restarts.
@@ -315,7 +315,7 @@ def test_an_exploit_pending_at_a_kill_is_written_after_the_resume_without_gaps(
 def test_an_exploit_queued_but_not_yet_in_the_file_at_a_kill_is_in_the_snapshot(
     tmp_path: Path,
 ) -> None:
-    # Seen in the soak drill: exploit 0 was handed to the writer (its target had
+    # Seen in the killed-driver drill: exploit 0 was handed to the writer (its target had
     # restarted), the snapshot no longer counted it pending, and the driver was killed
     # before the writer's thread appended it: the lineage began at seq 1.
     tracker, _ = _tracker(tmp_path, [])  # its writer never runs: nothing reaches the file
@@ -344,7 +344,7 @@ def test_an_exploit_queued_but_not_yet_in_the_file_at_a_kill_is_in_the_snapshot(
 def test_a_donor_this_driver_never_started_is_named_by_the_scheduler_s_record(
     tmp_path: Path,
 ) -> None:
-    # Seen in the soak drill: after a resume the donor had finished before the kill, so
+    # Seen in the killed-driver drill: after a resume the donor had finished before the kill, so
     # this driver never saw it start, and the record named it by its id (ec3d9_00001).
     # ExploitRecorder names both trials from the objects it holds; the tracker keeps
     # those names when it has none of its own.

@@ -181,7 +181,7 @@ class MlflowTracker(Callback):  # type: ignore[misc]
         with self._lock:
             pending = {k: [p.to_dict() for p in v] for k, v in self._exploits.items() if v}
             # Queued to the writer, not in the file yet: as good as pending (seen in the
-            # soak drill: a record queued just before a snapshot and a kill was in
+            # killed-driver drill: a record queued just before a snapshot and a kill was in
             # neither, and the lineage lacked its number).
             self._queued = [r for r in self._queued if (r.target, r.time) not in written]
             for record in self._queued:
