@@ -53,8 +53,7 @@ print(json.dumps(trials))
 """
 
 
-@pytest.fixture
-def two_nodes() -> Iterator[LocalCluster]:
+def _two_nodes() -> Iterator[LocalCluster]:
     """node_0, the head, with 2 CPUs; node_1, a worker, with 3."""
     cluster = LocalCluster(cpus=[2, 3], ray=str(BIN / "ray"))
     try:
@@ -63,6 +62,14 @@ def two_nodes() -> Iterator[LocalCluster]:
     finally:
         left = cluster.stop()
         assert not left, f"processes of the test cluster left running: {sorted(left)}"
+
+
+# The lost-node drill kills a node: a cluster of its own, stopped before the next test.
+two_nodes_to_break = pytest.fixture(name="two_nodes_to_break")(_two_nodes)
+# One cluster for the tests after it, which leave it whole, in this order: the population
+# on two nodes (it reads every PPO actor the cluster has had), then the killed driver
+# (which reads the live ones). Starting and stopping a cluster is 15 s of a busy CI.
+two_nodes = pytest.fixture(name="two_nodes", scope="module")(_two_nodes)
 
 
 def _experiment(tmp_path: Path) -> Path:
@@ -84,6 +91,99 @@ def _experiment(tmp_path: Path) -> Path:
         },
     )
     return write_experiment(tmp_path / "two_nodes.yaml", data)
+
+
+def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
+    two_nodes_to_break: LocalCluster, tmp_path: Path
+) -> None:
+    """The resume drill on a cluster: the worker node's raylet is SIGKILLed mid-run;
+    the trials it held fail and are retried from their checkpoints on the head."""
+    from mlflow.tracking import MlflowClient
+
+    data = tiny_ppo(
+        tmp_path,
+        name="drill",
+        # Iterations of about a second: the kill comes while both trials train. (RLlib's
+        # 256x256 networks: on the small-env 64x64 ones with the lean learner all 20
+        # iterations took 8 s and the trial on the lost node finished before its
+        # processes saw the raylet go.)
+        training={"train_batch_size_per_learner": 1000, "minibatch_size": 128, "num_epochs": 2},
+        defaults="rllib",
+        scheduler={"type": "fifo"},
+        population=2,
+        stop={"iterations": 30},
+        checkpoint={"frequency": 1, "keep": 3},
+        failure={"max_failures": 3},
+        # 1.5 CPUs a trial: the head (2 CPUs) holds one, so while both run at once
+        # at least one is on the worker node (3 CPUs).
+        resources={"cpus_main": 1.5, "cpus_per_learner": 1.5},
+    )
+    file = write_experiment(tmp_path / "drill.yaml", data)
+    results = tmp_path / "results" / "drill"
+    log = tmp_path / "drill.log"
+    with log.open("w") as sink:
+        driver = subprocess.Popen(
+            [
+                str(BIN / "workbench"),
+                "run",
+                str(file),
+                "--name",
+                "drill",
+                "--address",
+                two_nodes_to_break.address,
+            ],
+            env=two_nodes_to_break.env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            rows = {
+                f.parent.name: len(f.read_text().splitlines())
+                for f in results.glob("*/result.json")
+            }
+            if len(rows) == 2 and min(rows.values()) >= 2:
+                break
+            assert driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.5)
+        else:
+            pytest.fail("the population never got going")
+        nodes = _trial_nodes(two_nodes_to_break)
+        assert "node_1" in nodes, nodes  # a trial on the node about to go
+        os.kill(two_nodes_to_break.raylet(two_nodes_to_break.nodes[1]), signal.SIGKILL)
+        driver.wait(timeout=400)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    out = log.read_text()
+    assert driver.returncode == 0, out[-3000:]
+    assert "Experiment drill: 2 trials, 0 errored" in out
+    trials = {
+        f.parent.name: [json.loads(line) for line in f.read_text().splitlines()]
+        for f in results.glob("*/result.json")
+    }
+    assert all(rows[-1]["training_iteration"] == 30 for rows in trials.values())
+    # The lost trial went on from a checkpoint, in a new process on the head.
+    restored = [
+        name
+        for name, rows in trials.items()
+        if any(r["iterations_since_restore"] < r["training_iteration"] for r in rows)
+    ]
+    assert restored, "no trial was restored: the worker node held none"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
+    runs = {
+        r.info.run_name: r
+        for r in client.search_runs(
+            [client.get_experiment_by_name("drill").experiment_id],
+            filter_string="tags.`workbench.role` = 'trial'",
+        )
+    }
+    assert all(r.info.status == "FINISHED" for r in runs.values())
+    for name in restored:
+        assert int(runs[name].data.tags["workbench.failures"]) >= 1
 
 
 def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
@@ -148,99 +248,6 @@ def test_a_population_trains_on_two_nodes_with_each_trials_runners_on_both(
         for build in range(0, len(runners), 2):
             pair = [node for _, node in runners[build : build + 2]]
             assert sorted(pair) == ["node_0", "node_1"], owned
-
-
-def test_a_lost_worker_node_leaves_the_population_finishing_on_the_head(
-    two_nodes: LocalCluster, tmp_path: Path
-) -> None:
-    """The resume drill on a cluster: the worker node's raylet is SIGKILLed mid-run;
-    the trials it held fail and are retried from their checkpoints on the head."""
-    from mlflow.tracking import MlflowClient
-
-    data = tiny_ppo(
-        tmp_path,
-        name="drill",
-        # Iterations of about a second: the kill comes while both trials train. (RLlib's
-        # 256x256 networks: on the small-env 64x64 ones with the lean learner all 20
-        # iterations took 8 s and the trial on the lost node finished before its
-        # processes saw the raylet go.)
-        training={"train_batch_size_per_learner": 1000, "minibatch_size": 128, "num_epochs": 2},
-        defaults="rllib",
-        scheduler={"type": "fifo"},
-        population=2,
-        stop={"iterations": 30},
-        checkpoint={"frequency": 1, "keep": 3},
-        failure={"max_failures": 3},
-        # 1.5 CPUs a trial: the head (2 CPUs) holds one, so while both run at once
-        # at least one is on the worker node (3 CPUs).
-        resources={"cpus_main": 1.5, "cpus_per_learner": 1.5},
-    )
-    file = write_experiment(tmp_path / "drill.yaml", data)
-    results = tmp_path / "results" / "drill"
-    log = tmp_path / "drill.log"
-    with log.open("w") as sink:
-        driver = subprocess.Popen(
-            [
-                str(BIN / "workbench"),
-                "run",
-                str(file),
-                "--name",
-                "drill",
-                "--address",
-                two_nodes.address,
-            ],
-            env=two_nodes.env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            rows = {
-                f.parent.name: len(f.read_text().splitlines())
-                for f in results.glob("*/result.json")
-            }
-            if len(rows) == 2 and min(rows.values()) >= 2:
-                break
-            assert driver.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.5)
-        else:
-            pytest.fail("the population never got going")
-        nodes = _trial_nodes(two_nodes)
-        assert "node_1" in nodes, nodes  # a trial on the node about to go
-        os.kill(two_nodes.raylet(two_nodes.nodes[1]), signal.SIGKILL)
-        driver.wait(timeout=400)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-    out = log.read_text()
-    assert driver.returncode == 0, out[-3000:]
-    assert "Experiment drill: 2 trials, 0 errored" in out
-    trials = {
-        f.parent.name: [json.loads(line) for line in f.read_text().splitlines()]
-        for f in results.glob("*/result.json")
-    }
-    assert all(rows[-1]["training_iteration"] == 30 for rows in trials.values())
-    # The lost trial went on from a checkpoint, in a new process on the head.
-    restored = [
-        name
-        for name, rows in trials.items()
-        if any(r["iterations_since_restore"] < r["training_iteration"] for r in rows)
-    ]
-    assert restored, "no trial was restored: the worker node held none"
-    client = MlflowClient(f"sqlite:///{tmp_path / 'results' / 'mlflow.db'}")
-    runs = {
-        r.info.run_name: r
-        for r in client.search_runs(
-            [client.get_experiment_by_name("drill").experiment_id],
-            filter_string="tags.`workbench.role` = 'trial'",
-        )
-    }
-    assert all(r.info.status == "FINISHED" for r in runs.values())
-    for name in restored:
-        assert int(runs[name].data.tags["workbench.failures"]) >= 1
 
 
 # The node (by its custom resource) of each live trial actor of a class.
