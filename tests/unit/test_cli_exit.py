@@ -113,3 +113,28 @@ def test_the_command_waits_for_the_processes_of_the_ray_it_started_to_end() -> N
     finally:
         stuck.kill()
         threading.Thread(target=stuck.wait).start()
+
+
+def test_at_its_end_the_command_kills_what_of_its_ray_outlived_the_wait() -> None:
+    import threading
+    import time
+
+    from workbench.run.ray_session import start_time, stop_ray_started_here
+
+    # An agent still running when the wait ends (on a busy machine it can take longer
+    # than the wait to notice its raylet is gone), and a process nobody recorded.
+    stuck = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "30"])
+    record = {"processes": [[stuck.pid, start_time(stuck.pid)]], "raylets": []}
+    try:
+        started = time.monotonic()
+        assert stop_ray_started_here(0.3, records=[record]) == [stuck.pid]
+        assert stuck.wait(timeout=5) == -9
+        assert time.monotonic() - started < 3.0
+        assert other.poll() is None
+        # Nothing left: nothing killed.
+        assert stop_ray_started_here(0.3, records=[record]) == []
+    finally:
+        for process in (stuck, other):
+            process.kill()
+            threading.Thread(target=process.wait).start()

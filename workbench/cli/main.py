@@ -124,7 +124,7 @@ def _end_process(ending: list[int]) -> None:
     # this command started; the command returns once its processes are gone.
     session = sys.modules.get("workbench.run.ray_session")
     if session is not None:
-        session.await_ray_exit()
+        session.stop_ray_started_here()
     # logging registered its hook when it was imported, before this one: it would run later.
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -126,6 +127,21 @@ def await_ray_exit(
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
+
+
+def stop_ray_started_here(
+    timeout_s: float = 5.0, records: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """What a command does at its end: waits (``await_ray_exit``) for the processes of the
+    local Rays it started, then SIGKILLs those still running (recorded by pid and start
+    time, so no other process is touched). On a busy machine an agent can take longer than
+    the wait to notice its raylet is gone. The pids it killed."""
+    killed = []
+    for pid in await_ray_exit(timeout_s, records):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
 
 
 def _stat(pid: int | str) -> list[str] | None:
