@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,9 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _kill_when(driver: subprocess.Popen[bytes], ready: Any, then_s: float, what: str) -> None:
+def _kill_when(
+    driver: subprocess.Popen[bytes], ready: Callable[[], bool], then_s: float, what: str
+) -> None:
     """SIGKILLs the driver alone (Ray's processes stay behind, as after a lost node or an
     OOM kill) ``then_s`` seconds after ``ready()`` holds."""
     try:
@@ -156,8 +159,11 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
         driver = _start(["resume", str(results_dir)], logs[1])
         # The second kill: more training than at the first, then a random moment more.
         seen = sum(count_results(store).values())
-        progress = lambda: sum(count_results(store).values()) >= seen + 2  # noqa: E731
-        _kill_when(driver, progress, rng.uniform(0.0, 1.5), "the second kill")
+
+        def trained_on() -> bool:
+            return sum(count_results(store).values()) >= seen + 2
+
+        _kill_when(driver, trained_on, rng.uniform(0.0, 1.5), "the second kill")
         kills.append((_snapshot_checkpoints(results_dir), _row_counts(results_dir)))
         assert bystander.poll() is None, "the cleanup killed an unrelated process"
     finally:
@@ -181,11 +187,12 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     for name, trial_rows in rows.items():
         assert trial_rows[-1]["training_iteration"] == ITERATIONS, name  # its stop rule
     checked = 0
-    for n, (restore_from, before) in enumerate(kills):
+    # Each kill's rows, and where the session after it stopped: the next kill, or the end.
+    ends = [before for _, before in kills[1:]] + [_row_counts(results_dir)]
+    for n, ((restore_from, before), upto) in enumerate(zip(kills, ends, strict=True)):
         # Bounded loss: a trial the resume ran went on from the last checkpoint Tune had
         # completed, with the hyperparameters it had then (Tune alone resets a restored
         # trial to the values it was created with, undoing PBT's exploits).
-        upto = kills[n + 1][1] if n + 1 < len(kills) else {k: len(r) for k, r in rows.items()}
         for name, (iteration, lr) in restore_from.items():
             if upto.get(name, 0) <= before.get(name, 0):
                 continue  # no result in that session
@@ -222,7 +229,7 @@ def test_a_killed_driver_resumes_with_nothing_lost(tmp_path: Path) -> None:
     # reader reads every trial's rows, with no warning.
     by_ray, warnings = rows_as_ray_reads_them(results_dir)
     assert warnings == []
-    assert by_ray == {name: len(r) for name, r in rows.items()}
+    assert by_ray == ends[-1]
     # The parent run carries the same lineage as the results folder.
     local = (results_dir / LINEAGE_FILE).read_text().splitlines()
     artifact = client.download_artifacts(parents[0].info.run_id, LINEAGE_FILE, str(tmp_path))
