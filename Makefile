@@ -27,15 +27,22 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 # Dependencies: torch first, then the build backend (editable builds run without
-# isolation so that rebuilds reuse build/), then the project and its extras. pip
-# byte-compiles on one core; compileall afterwards uses them all (a process that imports
-# an uncompiled module compiles it again each time where PYTHONDONTWRITEBYTECODE is set).
+# isolation so that rebuilds reuse build/), then the project and its extras: the project's
+# own install (the C++ build, on one core) runs beside the install of its dependencies
+# (listed from pyproject.toml), which mostly waits on the package index. pip byte-compiles
+# on one core; compileall afterwards uses them all, packages' tests/ folders apart (a
+# process that imports an uncompiled module compiles it again each time where
+# PYTHONDONTWRITEBYTECODE is set).
 $(STAMP)/deps: pyproject.toml | $(PY)
 	$(PIP) install --quiet --no-compile $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
-	$(PIP) install --quiet --no-compile --no-build-isolation -e ".[test,lint]"
-	$(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
-	@mkdir -p $(STAMP) && touch $@
+	@mkdir -p $(STAMP)
+	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = p['optional-dependencies']; print(*p['dependencies'], *extras['test'], *extras['lint'], sep='\n')" > $(STAMP)/requirements.txt
+	$(PIP) install --quiet --no-compile --no-build-isolation --no-deps -e . & project=$$!; \
+	$(PIP) install --quiet --no-compile -r $(STAMP)/requirements.txt; deps=$$?; \
+	wait $$project && test $$deps = 0
+	$(PY) -c "import compileall, re, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0, rx=re.compile('/tests/'))"
+	@touch $@
 
 # The C++ extension: rebuilt when a source changes. The stamp takes the time the
 # build started, so a source edited during a build triggers the next one.
