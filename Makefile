@@ -29,10 +29,11 @@ $(PY):
 # Dependencies: torch first, then the build backend (editable builds run without
 # isolation so that rebuilds reuse build/), then the project and its extras: the project's
 # own install (the C++ build, on one core) runs beside the install of its dependencies
-# (listed from pyproject.toml), which mostly waits on the package index. pip byte-compiles
-# on one core; compileall afterwards uses them all, packages' tests/ folders apart (a
-# process that imports an uncompiled module compiles it again each time where
-# PYTHONDONTWRITEBYTECODE is set).
+# (listed from pyproject.toml), which mostly waits on the package index. A build that
+# failed is tried once more after it: a dependency that pins a build requirement lower has
+# pip replace that requirement under the build. pip byte-compiles on one core; compileall
+# afterwards uses them all, packages' tests/ folders apart (a process that imports an
+# uncompiled module compiles it again each time where PYTHONDONTWRITEBYTECODE is set).
 $(STAMP)/deps: pyproject.toml | $(PY)
 	$(PIP) install --quiet --no-compile $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
 	$(PIP) install --quiet $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])")
@@ -40,7 +41,7 @@ $(STAMP)/deps: pyproject.toml | $(PY)
 	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = p['optional-dependencies']; print(*p['dependencies'], *extras['test'], *extras['lint'], sep='\n')" > $(STAMP)/requirements.txt
 	$(PIP) install --quiet --no-compile --no-build-isolation --no-deps -e . & project=$$!; \
 	$(PIP) install --quiet --no-compile -r $(STAMP)/requirements.txt; deps=$$?; \
-	wait $$project && test $$deps = 0
+	{ wait $$project || $(PIP) install --quiet --no-build-isolation --no-deps -e .; } && test $$deps = 0
 	$(PY) -c "import compileall, re, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0, rx=re.compile('/tests/'))"
 	@touch $@
 
