@@ -30,8 +30,9 @@ $(PY):
 # isolation so that rebuilds reuse build/), then the project and its extras: the project's
 # own install (the C++ build, on one core) runs beside the install of its dependencies
 # (listed from pyproject.toml), which mostly waits on the package index. A build that
-# failed is tried once more after it: a dependency that pins a build requirement lower has
-# pip replace that requirement under the build. pip byte-compiles on one core; compileall
+# failed here (a dependency that pins a build requirement lower has pip replace it under
+# the build) is tried again by the extension's rule below, which runs after this one and
+# is a no-op after a build that succeeded. pip byte-compiles on one core; compileall
 # afterwards uses them all, packages' tests/ folders apart (a process that imports an
 # uncompiled module compiles it again each time where PYTHONDONTWRITEBYTECODE is set).
 $(STAMP)/deps: pyproject.toml | $(PY)
@@ -41,7 +42,7 @@ $(STAMP)/deps: pyproject.toml | $(PY)
 	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = p['optional-dependencies']; print(*p['dependencies'], *extras['test'], *extras['lint'], sep='\n')" > $(STAMP)/requirements.txt
 	$(PIP) install --quiet --no-compile --no-build-isolation --no-deps -e . & project=$$!; \
 	$(PIP) install --quiet --no-compile -r $(STAMP)/requirements.txt; deps=$$?; \
-	{ wait $$project || $(PIP) install --quiet --no-build-isolation --no-deps -e .; } && test $$deps = 0
+	wait $$project; test $$deps = 0
 	$(PY) -c "import compileall, re, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0, rx=re.compile('/tests/'))"
 	@touch $@
 
