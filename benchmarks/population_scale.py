@@ -111,6 +111,16 @@ def first_train_began(result: dict[str, Any]) -> float:
     return float(result["timestamp"]) + 0.5 - float(result["time_this_iter_s"])
 
 
+def _crowd_text(trial: Any) -> str:
+    if not trial.crowd_measured:
+        return "a crowded train() priced by the documented line"
+    ratio = 1 + trial.train_per_process * trial.crowd_saturation
+    return (
+        f"a train() among {trial.crowd_saturation:.3g} processes a core cost {ratio:.3g} "
+        "times its cost alone (the probe)"
+    )
+
+
 def run_size(
     size: int,
     args: argparse.Namespace,
@@ -249,7 +259,11 @@ def run_size(
                 "learner_costs": rate.learner_costs,
                 "learner_call_s_per_sample": rate.learner_call_s_per_sample,
                 "runners": rate.runners,
+                "evaluation_s": rate.evaluation_s,
             },
+            # The crowd the probe measured: [processes a core, a train() there over alone].
+            "crowd": list(rate.crowd) if rate.crowd else None,
+            "evaluation_cpu_s": forecast.costs.evaluation_s,  # a train()'s, alone
         }
     folders.look()  # the folders left at the end, should the last sample have missed them
     figures["checkpoint_folders"] = {
@@ -323,8 +337,9 @@ def forecast_only(
     for c, (_, trial) in probes.items():
         print(
             f"one train() ~{trial.iteration_cpu_s:.3g} CPU s (the probe, averaged over the "
-            f"search space{'' if c == 'searched' else ', its costs equal'}); "
-            f"{cluster.cores:g} cores shared by the nodes"
+            f"search space{'' if c == 'searched' else ', its costs equal'}, the short "
+            f"evaluations' {trial.evaluation_s:.2g} included); {cluster.cores:g} cores "
+            f"shared by the nodes; {_crowd_text(trial)}"
         )
     print(
         "| trials | train() calls | PBT's clones | results/s | outside train() "

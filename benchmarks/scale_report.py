@@ -302,6 +302,13 @@ def forecast_table(forecasts: list[dict[str, Any]]) -> None:
     print(
         f"within 25% of the measured median: {within} of {total} (results a second and the "
         f"share outside train())\nforecast inputs: one train() ~{first['iteration_cpu_s']:.3g} "
-        f"CPU s (the probe, averaged over the search space), {first['cores']:g} cores shared "
-        f"by the nodes"
+        f"CPU s (the probe, averaged over the search space; the short evaluations' "
+        f"{first.get('evaluation_cpu_s', 0.0):.2g} included), {first['cores']:g} cores "
+        f"shared by the nodes"
+        + (
+            f"; a train() among {first['crowd'][0]:.3g} processes a core {first['crowd'][1]:.3g} "
+            "times its cost alone (the probe), no dearer among more"
+            if first.get("crowd")
+            else "; a crowded train() priced by the documented line"
+        )
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,7 @@ def probe(args: argparse.Namespace, folder: Path, costs: str = "searched") -> tu
     the median of three. ``costs``: as ``experiment_data``'s."""
     from workbench.experiment.resolve import load_and_resolve
     from workbench.plan.population import trial_costs
-    from workbench.plan.start_probe import start_cpu_s
+    from workbench.plan.start_probe import probe_process, with_process
     from workbench.plan.throughput import probe_throughput
     from workbench.trial.config import build_config
 
@@ -125,9 +126,16 @@ def probe(args: argparse.Namespace, folder: Path, costs: str = "searched") -> tu
         trial = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
         probes.append((trial.iteration_cpu_s if trial else 0.0, rate, trial))
     _, rate, trial = sorted(probes, key=lambda p: p[0])[len(probes) // 2]
-    # A trial process's start, as `workbench plan --probe` measures it (the median of three).
-    start = start_cpu_s(resolved.experiment, resolved.defaults, runs=1 if args.quick else 3)
-    rate = replace(rate, start_cpu_s=start)
+    # A trial process's start, a train() among a crowd and the short evaluations, as
+    # `workbench plan --probe` measures them (the median of three; the quick run measures
+    # the start alone: the plan's own test measures the rest).
+    processes = [
+        probe_process(resolved.experiment, resolved.defaults, crowd=0 if args.quick else None)
+        for _ in range(1 if args.quick else 3)
+    ]
+    start = statistics.median(p.start_cpu_s for p in processes)
+    middle = sorted(processes, key=lambda p: p.crowd_ratio or 0.0)[len(processes) // 2]
+    rate = replace(with_process(rate, middle, resolved.experiment), start_cpu_s=start)
     trial = trial_costs(resolved.search_space, config, rate, processes=1 + args.env_runners)
     return rate, trial
 

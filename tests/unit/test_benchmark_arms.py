@@ -531,8 +531,16 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scale = _benchmark("population_scale")
-    # The plan's own documented rates stand in for the probe's measurement.
-    monkeypatch.setattr(scale, "probe", lambda *_: (None, SimpleNamespace(iteration_cpu_s=1.5)))
+    # The plan's own documented rates stand in for the probe's measurement; the trial's
+    # costs, as printed, are the probe's (a crowd measured, the evaluations priced).
+    trial = SimpleNamespace(
+        iteration_cpu_s=1.5,
+        evaluation_s=0.12,
+        crowd_measured=True,
+        train_per_process=0.1,
+        crowd_saturation=2.0,
+    )
+    monkeypatch.setattr(scale, "probe", lambda *_: (None, trial))
     monkeypatch.setattr(scale, "LocalCluster", None)  # nothing is started
     assert scale.main(["--forecast-only", "--sizes", "4,32", "--stops", "iterations,budget"]) == 0
     out = capsys.readouterr().out
@@ -545,6 +553,8 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     assert set(rows) == {"4", "4 (budget)", "32", "32 (budget)"}
     # 4 nodes of 2 CPUs on this machine share its cores.
     assert f"{min(8, os.cpu_count() or 1):g} cores shared by the nodes" in out
+    assert "the short evaluations' 0.12 included" in out
+    assert "a train() among 2 processes a core cost 1.2 times its cost alone (the probe)" in out
     # The budget's 32 x 40 calls; each trial's own 40, less the iterations PBT skips.
     assert rows["32 (budget)"][1] == "1280" and int(rows["32"][1]) < 1280
     # Under the budget no member waits for the slowest.
@@ -557,7 +567,9 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
 
     def probe(_args: object, _folder: object, costs: str) -> tuple[None, SimpleNamespace]:
         probed.append(costs)
-        return None, SimpleNamespace(iteration_cpu_s=1.5)
+        return None, SimpleNamespace(
+            iteration_cpu_s=1.5, evaluation_s=0.0, crowd_measured=False
+        )
 
     monkeypatch.setattr(scale, "probe", probe)
     assert scale.main(["--forecast-only", "--sizes", "32", "--costs", "searched,equal"]) == 0
@@ -565,6 +577,7 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
     assert probed == ["searched", "equal"]
     assert "| 32 |" in out and "| 32 (equal costs) |" in out
     assert "its costs equal" in out
+    assert "a crowded train() priced by the documented line" in out
     with pytest.raises(SystemExit):
         scale.main(["--forecast-only", "--costs", "cheap"])
 

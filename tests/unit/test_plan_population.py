@@ -669,7 +669,7 @@ def test_the_plan_forecasts_a_population_under_an_env_step_budget(tmp_path: Path
     assert pooled.budget == 320 and pooled.iterations_given
     assert pooled.results == pytest.approx(320, abs=1)
     assert pooled.outside < each.outside
-    assert "8 trials sharing 320 iterations (the env-step budget)" in forecast_lines(pooled)[3]
+    assert "8 trials sharing 320 iterations (the env-step budget)" in forecast_lines(pooled)[4]
     path = experiment(tmp_path, HALF_CPU, stop={"population_env_steps": 64_000}, population=8)
     code, out, _ = run_cli("plan", str(path), "--cluster", "cpus=2,nodes=4", "--json")
     data = json.loads(out)["forecast"]

@@ -38,7 +38,7 @@ from workbench.plan.resources import (
     trial_request,
     unfit_reasons,
 )
-from workbench.plan.start_probe import StartProbeError, start_cpu_s
+from workbench.plan.start_probe import StartProbeError, probe_process, with_process
 from workbench.plan.throughput import (
     Throughput,
     _throughput_lines,
@@ -263,6 +263,10 @@ class Plan:
                 "learner_s_per_sample_a_train": rate.learner_call_s_per_sample,
                 # A fresh trial process's start alone, CPU s (None: not measured).
                 "start_cpu_s": rate.start_cpu_s,
+                # The probe's crowd: [trial processes a core, a train()'s CPU there over
+                # alone] (None: not measured), and the short evaluations' CPU a train().
+                "crowd": list(rate.crowd) if rate.crowd else None,
+                "evaluation_cpu_s_a_train": rate.evaluation_s,
                 "ratio": list(rate.ratio) if rate.ratio else None,
                 "measured": rate.measured,
                 "detail": rate.detail,
@@ -404,9 +408,9 @@ def make_plan(
         notes.append(f"sampling vs learning not estimated: {type(err).__name__}: {err}")
     if probe and throughput is not None and throughput.start_cpu_s is None:
         try:
-            start = start_cpu_s(resolved.experiment, resolved.defaults)
-            throughput = dataclasses.replace(throughput, start_cpu_s=start)
-        except StartProbeError as err:  # the forecast keeps the documented start
+            measured = probe_process(resolved.experiment, resolved.defaults)
+            throughput = with_process(throughput, measured, resolved.experiment)
+        except StartProbeError as err:  # the forecast keeps the documented constants
             notes.append(f"a trial process's start not measured: {err}")
     population_forecast = None
     if throughput is not None and fit.concurrent:

@@ -43,6 +43,7 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"  one train(): ~{c.iteration_cpu_s:.3g} CPU s on average over the searched "
         f"hyperparameters ({cheap[0]:.2g}-{dear[0]:.2g} s from the 10th to the 90th percentile)"
         + _drawn_note(c, result.trials),
+        _crowd_line(result),
         f"  a trial process's start: ~{result.start_s:.3g} CPU s among the "
         f"{result.starting} trial process{'' if result.starting == 1 else 'es'} "
         f"starting together, "
@@ -59,6 +60,28 @@ def forecast_lines(result: Forecast) -> list[str]:
         f"set by {result.bound}",
         *_pooled_lines(result),
     ]
+
+
+def _crowd_line(result: Forecast) -> str:
+    """How much dearer the population's crowd makes a train(), and where that comes from."""
+    c = result.costs
+    per_core = result.starting / result.cores if result.cores else 0.0
+    dearer = 1.0 + c.train_per_process * min(per_core, c.crowd_saturation)
+    if c.crowd_measured:
+        measured = 1.0 + c.train_per_process * c.crowd_saturation
+        how = (
+            f"measured by --probe: {measured:.3g} times among {c.crowd_saturation:.3g} "
+            "processes a core, and no dearer among more"
+        )
+    else:
+        how = "the documented line, measured on this project's machine (--probe measures it here)"
+    text = (
+        f"  among the population's {per_core:.3g} trial processes a core a train() costs "
+        f"~{dearer:.3g} times its cost alone ({how})"
+    )
+    if c.evaluation_s > 0:
+        text += f"; its short evaluations ~{c.evaluation_s:.2g} CPU s a train() alone"
+    return text
 
 
 def _pooled_lines(result: Forecast) -> list[str]:

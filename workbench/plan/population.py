@@ -172,6 +172,11 @@ class TrialCosts:
     start_alone_s: float = 0.0  # the constants' fresh process alone (start_s's reference)
     start_per_process: float = 0.0  # a start's CPU more per trial process a core
     end_s: float = 0.0  # the run's end after the population's last result, wall s
+    # The trial processes a core past which a train() costs no more (the probe's crowd,
+    # where it measured train_per_process; inf: the constants' line, without a bound).
+    crowd_saturation: float = math.inf
+    crowd_measured: bool = False  # train_per_process and crowd_saturation from the probe
+    evaluation_s: float = 0.0  # the short evaluations' CPU a train(), in iterations' costs
     # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
     # the documented constant, measured on another day).
     start_measured_s: float | None = None
@@ -364,7 +369,10 @@ def _one_train(
     minibatches = math.ceil(batch / min(minibatch, batch))
     learn_s = batch * rate.learner_call_s_per_sample
     learn_s += epochs * (batch * per_sample + minibatches * per_minibatch)
-    return (sample_s + learn_s * learners, sample_s / runners + learn_s)
+    # The short evaluations, in the trial's main process (rate.evaluation_s: their CPU a
+    # train(), the probe's).
+    own = rate.evaluation_s
+    return (sample_s + learn_s * learners + own, sample_s / runners + learn_s + own)
 
 
 def _draws(space: SearchSpace, name: str, base: float) -> list[float]:
@@ -391,14 +399,29 @@ def trial_costs(
         return None
     measured = rate.start_cpu_s
     constants = start_priced(constants, measured)
+    per_core, slope = crowd_priced(rate)
     return TrialCosts(
         processes=processes,
         iterations=tuple(cost for cost, _ in priced),
         points=tuple(point for _, point in priced),
         source="measured by --probe" if rate.measured else "documented rates",
         start_measured_s=measured,
-        **asdict(constants),
+        **{**asdict(constants), "train_per_process": slope},
+        crowd_saturation=per_core,
+        crowd_measured=rate.crowd is not None,
+        evaluation_s=rate.evaluation_s,
     )
+
+
+def crowd_priced(rate: Throughput, constants: Constants = MEASURED) -> tuple[float, float]:
+    """(the processes a core past which a train() costs no more, its share dearer a process
+    a core below that): from the probe's crowd where it measured one (a train() among that
+    many processes a core costs its ratio to one alone, and as much among more), else the
+    constants' line."""
+    if rate.crowd is None:
+        return math.inf, constants.train_per_process
+    per_core, ratio = rate.crowd
+    return per_core, max(ratio - 1.0, 0.0) / per_core
 
 
 def start_priced(constants: Constants, alone_s: float | None) -> Constants:
@@ -486,6 +509,7 @@ def forecast(
         rest_s=costs.result_s,
         driver_s=costs.driver_s,
         train_per_process=costs.train_per_process,
+        crowd_saturation=costs.crowd_saturation,
         rest_s_per_process=costs.result_s_per_process,
         crowd_exponent=costs.crowd_exponent,
         result_cpu_s=costs.result_cpu_s,

@@ -84,9 +84,13 @@ class Costs:
     start_s: float
     rest_s: float  # a result's wait outside train() that the cores do not set (I/O, Ray)
     driver_s: float  # the driver's work a result
-    # With c trial processes a core under way: a train() costs (1 + train_per_process * c)
-    # its own, and a result waits rest_s + rest_s_per_process * c ** crowd_exponent.
+    # With c trial processes a core under way: a train() costs (1 + train_per_process *
+    # min(c, crowd_saturation)) its own, and a result waits rest_s + rest_s_per_process *
+    # c ** crowd_exponent. Past ``crowd_saturation`` processes a core a train() costs no
+    # more (measured: where each core is already time-shared, more processes on it evict
+    # no more of a process's cache than it loses at each turn).
     train_per_process: float = 0.0
+    crowd_saturation: float = math.inf
     rest_s_per_process: float = 0.0
     crowd_exponent: float = 1.0
     start_per_process: float = 0.0
@@ -99,7 +103,7 @@ class Costs:
     result_cpu_s: float = 0.0
 
     def dearer(self, crowd: float) -> float:
-        return 1.0 + self.train_per_process * crowd
+        return 1.0 + self.train_per_process * min(crowd, self.crowd_saturation)
 
     def start(self, crowd: float) -> float:
         return self.start_s * (1.0 + self.start_per_process * crowd)

@@ -113,6 +113,11 @@ class Throughput:
     # CPU seconds of a fresh trial process's start alone, measured by the probe
     # (workbench/plan/start_probe.py; None: not measured).
     start_cpu_s: float | None = None
+    # Measured by the same probe: (the trial processes a core it trained among, a train()'s
+    # CPU there over its CPU alone; None: not measured), and the short evaluations a trial
+    # runs inside its train(), CPU s a train() alone (0: none, or not measured).
+    crowd: tuple[float, float] | None = None
+    evaluation_s: float = 0.0
 
     @property
     def sampling(self) -> float:
