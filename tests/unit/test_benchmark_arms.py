@@ -567,9 +567,7 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
 
     def probe(_args: object, _folder: object, costs: str) -> tuple[None, SimpleNamespace]:
         probed.append(costs)
-        return None, SimpleNamespace(
-            iteration_cpu_s=1.5, evaluation_s=0.0, crowd_measured=False
-        )
+        return None, SimpleNamespace(iteration_cpu_s=1.5, evaluation_s=0.0, crowd_measured=False)
 
     monkeypatch.setattr(scale, "probe", probe)
     assert scale.main(["--forecast-only", "--sizes", "32", "--costs", "searched,equal"]) == 0
