@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from workbench.experiment.resolve import load_and_resolve
 from workbench.plan.capacity import make_plan
 from workbench.plan.population import MEASURED
 from workbench.plan.resources import live_cluster
+from workbench.plan.start_probe import crowd_size
 from workbench.run.launch import run
 from workbench.trial.config import build_config
 
@@ -305,6 +307,20 @@ def test_the_probe_measures_sampling_and_learning_here(tmp_path: Path) -> None:
     assert start == plan.forecast.start_s > plan.forecast.costs.start_s
     assert f"from a fresh process's {rate.start_cpu_s:.3g} alone (measured by --probe)" in text
     assert "a train() before its epochs" in text
+    # The same process timed a train() alone and among two processes a core of this
+    # machine (Ray actors of its own), and a step of the short evaluation: the forecast
+    # prices a crowded train() and the evaluations from them.
+    assert rate.crowd is not None, plan.notes
+    per_core, ratio = rate.crowd
+    assert per_core == pytest.approx(crowd_size(os.cpu_count() or 1, None) / (os.cpu_count() or 1))
+    assert 0.5 < ratio < 5.0
+    assert figures["crowd"] == [per_core, ratio]
+    # Every second train(), 10 episodes of CartPole's 500 steps at once: well under 1 s.
+    assert 0.0 < rate.evaluation_s < 1.0
+    assert figures["evaluation_cpu_s_a_train"] == rate.evaluation_s
+    assert plan.forecast.costs.crowd_measured
+    assert plan.forecast.costs.evaluation_s == rate.evaluation_s
+    assert "a core, and no dearer among more); its short evaluations ~" in " ".join(text.split())
 
 
 def test_rllibs_learner_extends_the_episodes_it_updates_on_and_the_probe_copies_them(
@@ -351,10 +367,11 @@ def test_a_start_probe_that_fails_says_why_and_the_plan_keeps_the_documented_sta
     def failing(*_: Any, **__: Any) -> float:
         raise StartProbeError("the start probe failed: ImportError: no module named sim")
 
-    monkeypatch.setattr(capacity, "start_cpu_s", failing)
+    monkeypatch.setattr(capacity, "probe_process", failing)
     plan = make_plan(resolved, live_cluster(), probe=True)
     assert plan.throughput is not None and plan.throughput.start_cpu_s is None
     assert "a trial process's start not measured: the start probe failed: ImportError" in (
         "\n".join(plan.notes)
     )
     assert plan.forecast is not None and plan.forecast.costs.start_s == MEASURED.start_s
+    assert not plan.forecast.costs.crowd_measured and plan.forecast.costs.evaluation_s == 0.0

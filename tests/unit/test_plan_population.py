@@ -586,6 +586,99 @@ def test_a_measured_start_prices_the_trials_start_relative_to_the_constants_own(
     assert late.before > early.before and late.wall_s > early.wall_s
 
 
+def test_a_crowd_measured_here_prices_a_crowded_train_and_no_dearer_past_it(
+    tmp_path: Path,
+) -> None:
+    plan = make_plan(resolved(tmp_path, HALF_CPU), cluster("cpus=2"))
+    assert plan.config is not None and plan.resolved is not None
+    space = plan.resolved.search_space
+    rate = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=(1e-5, 1e-3))
+    constants = Constants(train_per_process=0.1)
+    documented = trial_costs(space, plan.config, rate, processes=1, constants=constants)
+    assert documented is not None and not documented.crowd_measured
+    assert documented.train_per_process == 0.1 and documented.crowd_saturation == math.inf
+    # The probe's train() among 2 processes a core cost 1.3 times its cost alone: 15% more
+    # a process a core up to 2, and 1.3 times among any more.
+    crowded = replace(rate, crowd=(2.0, 1.3))
+    measured = trial_costs(space, plan.config, crowded, processes=1, constants=constants)
+    assert measured is not None and measured.crowd_measured
+    assert measured.train_per_process == pytest.approx(0.15)
+    assert measured.crowd_saturation == 2.0
+    common = {"trials": 32, "at_once": 32, "cores": 2, "iterations": 10}
+    sim = Costs(1, 0.0, 0.0, 0.0, train_per_process=0.15, crowd_saturation=2.0)
+    assert sim.dearer(1.0) == pytest.approx(1.15)
+    assert sim.dearer(16.0) == sim.dearer(2.0) == pytest.approx(1.3)
+    # At 16 processes a core the documented line prices a train() 2.6 times its own; the
+    # measured crowd 1.3 times: the population takes about half the time.
+    line = forecast(documented, **common)
+    flat = forecast(measured, **common)
+    assert flat.wall_s < 0.6 * line.wall_s
+    text = "\n".join(forecast_lines(flat))
+    assert (
+        "among the population's 16 trial processes a core a train() costs ~1.3 times its cost "
+        "alone (measured by --probe: 1.3 times among 2 processes a core, and no dearer among "
+        "more)"
+    ) in " ".join(text.split())
+    assert "the documented line" in "\n".join(forecast_lines(line))
+    # A ratio under 1 (a noisy machine) makes a crowd no cheaper than alone.
+    cheaper = trial_costs(space, plan.config, replace(rate, crowd=(2.0, 0.9)), processes=1)
+    assert cheaper is not None and cheaper.train_per_process == 0.0
+
+
+def test_the_short_evaluations_are_priced_into_each_train_from_the_probes_step(
+    tmp_path: Path,
+) -> None:
+    from workbench.plan.start_probe import ProcessProbe, evaluation_cpu_s, with_process
+
+    plan = make_plan(resolved(tmp_path, HALF_CPU), cluster("cpus=2"))
+    assert plan.config is not None and plan.resolved is not None
+    exp = plan.resolved.experiment
+    assert (exp.evaluation.every, exp.evaluation.short_episodes) == (2, 10)
+    # 10 episodes at once on one vector env, run to the env's step limit of 500 steps at
+    # 1 ms a step, every second train(): 0.25 CPU s a train().
+    probe = ProcessProbe(
+        start_cpu_s=4.0,
+        train_cpu_s=1.0,
+        crowd_train_cpu_s=1.2,
+        crowd=4,
+        cores=2,
+        eval_step_s=1e-3,
+        eval_steps=500,
+        step_limited=True,
+    )
+    assert evaluation_cpu_s(probe, exp) == pytest.approx(0.25)
+    never = exp.model_copy(update={"evaluation": exp.evaluation.model_copy(update={"every": 0})})
+    assert evaluation_cpu_s(probe, never) == 0.0
+    assert evaluation_cpu_s(replace(probe, eval_step_s=None), exp) == 0.0
+    rate = Throughput(0, 1e4, None, None, True, per_core=1e4, learner_costs=(1e-5, 1e-3))
+    probed = with_process(rate, probe, exp)
+    assert probed.start_cpu_s == 4.0 and probed.evaluation_s == pytest.approx(0.25)
+    assert probed.crowd == (2.0, pytest.approx(1.2))
+    # Each train() of the trial's main process pays them, in CPU and in wall time.
+    bare = iteration_costs(plan.resolved.search_space, plan.config, rate)
+    priced = iteration_costs(plan.resolved.search_space, plan.config, probed)
+    assert bare is not None and priced is not None
+    assert all(
+        p == (pytest.approx(c + 0.25), pytest.approx(w + 0.25))
+        for p, (c, w) in zip(priced, bare, strict=True)
+    )
+    # No crowd measured: no crowd in the figures.
+    assert with_process(rate, replace(probe, crowd_train_cpu_s=None), exp).crowd is None
+
+
+def test_the_probe_trains_among_two_processes_a_core_within_the_memory_available() -> None:
+    from workbench.plan.start_probe import ProcessProbe, crowd_size
+
+    gib = 1 << 30
+    assert crowd_size(2, 20 * gib) == 4
+    assert crowd_size(64, 512 * gib) == 64  # at most 64
+    assert crowd_size(16, 10 * gib) == 10  # a GiB each
+    assert crowd_size(1, None) == 2 and crowd_size(8, gib // 2) == 2  # at least 2
+    probe = ProcessProbe(start_cpu_s=4.0, train_cpu_s=1.0, crowd_train_cpu_s=1.5, crowd=4, cores=2)
+    assert probe.per_core == 2.0 and probe.crowd_ratio == pytest.approx(1.5)
+    assert ProcessProbe(start_cpu_s=4.0).crowd_ratio is None
+
+
 def test_a_population_pays_for_its_own_first_draws_not_the_distributions_quantiles() -> None:
     # The searched distribution spans a 20x spread; this population of 4 drew its cheapest.
     spread = tuple((x, x) for x in (0.2, 0.4, 0.8, 1.6, 3.2, 4.0))

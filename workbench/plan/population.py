@@ -399,7 +399,7 @@ def trial_costs(
         return None
     measured = rate.start_cpu_s
     constants = start_priced(constants, measured)
-    per_core, slope = crowd_priced(rate)
+    per_core, slope = crowd_priced(rate, constants)
     return TrialCosts(
         processes=processes,
         iterations=tuple(cost for cost, _ in priced),
@@ -434,8 +434,9 @@ def start_priced(constants: Constants, alone_s: float | None) -> Constants:
 
 
 def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
-    """``costs`` with every constant of ``constants`` (TrialCosts has a field of each)."""
-    return replace(costs, **asdict(constants))
+    """``costs`` with every constant of ``constants`` (TrialCosts has a field of each): a
+    crowded train() priced by their line, not by a crowd the probe measured."""
+    return replace(costs, **asdict(constants), crowd_saturation=math.inf, crowd_measured=False)
 
 
 def iterations_of(stop: StopSection, batch: float) -> int | None:
