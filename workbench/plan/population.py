@@ -30,10 +30,14 @@ mostly restarts from a leader's checkpoint, skipping iterations and taking the l
 values, which PBT's explore then perturbs (``CostExplore``: a clone pays its new values'
 cost), and some restart from one behind them.
 
-The constants were measured or fitted on this machine with ``benchmarks/population_scale.py
---calibrate`` (docs/benchmarks/population-scale.md: the runs, and the rounds reported on
-after); the iteration's cost comes from the plan's throughput figures (documented rates,
-or ``--probe``'s measurement)."""
+The constants (``workbench.plan.constants``) were measured or fitted on this project's machine
+with ``benchmarks/population_scale.py --calibrate`` (docs/benchmarks/population-scale.md: the
+runs, and the rounds reported on after); the iteration's cost comes from the plan's
+throughput figures (documented rates, or ``--probe``'s measurement). With ``--probe`` a
+crowded ``train()`` and the short evaluations inside it are priced from the machine at hand
+(``workbench.plan.start_probe``): a ``train()`` among two trial processes a core costs what
+the probe measured there, in proportion below that crowd and no more above it, and each
+``train()`` pays its share of the evaluations at the env's step limit."""
 
 from __future__ import annotations
 
