@@ -114,9 +114,9 @@ def first_train_began(result: dict[str, Any]) -> float:
 def _crowd_text(trial: Any) -> str:
     if not trial.crowd_measured:
         return "a crowded train() priced by the documented line"
-    ratio = 1 + trial.train_per_process * trial.crowd_saturation
     return (
-        f"a train() among {trial.crowd_saturation:.3g} processes a core cost {ratio:.3g} "
+        f"a train() among {trial.crowd_saturation:.3g} processes a core cost "
+        f"{trial.crowd_ratio:.3g} "
         "times its cost alone (the probe)"
     )
 

@@ -403,6 +403,7 @@ def _costs_of(row: dict[str, Any], base: Any) -> Any:
         per_core=float(figures["per_core"]),
         learner_costs=tuple(figures["learner_costs"]),
         learner_call_s_per_sample=float(figures.get("learner_call_s_per_sample", 0.0)),
+        evaluation_s=float(figures.get("evaluation_s", 0.0)),
     )
     with tempfile.TemporaryDirectory() as folder:
         data = experiment_data(

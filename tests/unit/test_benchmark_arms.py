@@ -537,8 +537,8 @@ def test_population_scale_forecasts_each_size_and_stop_without_running_them(
         iteration_cpu_s=1.5,
         evaluation_s=0.12,
         crowd_measured=True,
-        train_per_process=0.1,
         crowd_saturation=2.0,
+        crowd_ratio=1.2,
     )
     monkeypatch.setattr(scale, "probe", lambda *_: (None, trial))
     monkeypatch.setattr(scale, "LocalCluster", None)  # nothing is started

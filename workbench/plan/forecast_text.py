@@ -68,9 +68,8 @@ def _crowd_line(result: Forecast) -> str:
     per_core = result.starting / result.cores if result.cores else 0.0
     dearer = 1.0 + c.train_per_process * min(per_core, c.crowd_saturation)
     if c.crowd_measured:
-        measured = 1.0 + c.train_per_process * c.crowd_saturation
         how = (
-            f"measured by --probe: {measured:.3g} times among {c.crowd_saturation:.3g} "
+            f"measured by --probe: {c.crowd_ratio:.3g} times among {c.crowd_saturation:.3g} "
             "processes a core, and no dearer among more"
         )
     else:

@@ -98,7 +98,6 @@ class TrialCosts:
     # The trial processes a core past which a train() costs no more (the probe's crowd,
     # where it measured train_per_process; inf: the constants' line, without a bound).
     crowd_saturation: float = math.inf
-    crowd_measured: bool = False  # train_per_process and crowd_saturation from the probe
     evaluation_s: float = 0.0  # the short evaluations' CPU a train(), in iterations' costs
     # The probe's fresh process alone, CPU s, that start_s was priced from (None: start_s is
     # the documented constant, measured on another day).
@@ -112,6 +111,16 @@ class TrialCosts:
     points: tuple[Point, ...] | None = None
     drawn_points: tuple[Point, ...] | None = None
     explore: CostExplore | None = None
+
+    @property
+    def crowd_measured(self) -> bool:
+        """train_per_process and crowd_saturation are the probe's crowd (a bound)."""
+        return math.isfinite(self.crowd_saturation)
+
+    @property
+    def crowd_ratio(self) -> float:
+        """A train()'s cost among the probe's crowd over its cost alone (inf: no crowd)."""
+        return 1.0 + self.train_per_process * self.crowd_saturation
 
     @property
     def iteration_cpu_s(self) -> float:
@@ -331,7 +340,6 @@ def trial_costs(
         start_measured_s=measured,
         **{**asdict(constants), "train_per_process": slope},
         crowd_saturation=per_core,
-        crowd_measured=rate.crowd is not None,
         evaluation_s=rate.evaluation_s,
     )
 
@@ -359,7 +367,7 @@ def start_priced(constants: Constants, alone_s: float | None) -> Constants:
 def with_constants(costs: TrialCosts, constants: Constants) -> TrialCosts:
     """``costs`` with every constant of ``constants`` (TrialCosts has a field of each): a
     crowded train() priced by their line, not by a crowd the probe measured."""
-    return replace(costs, **asdict(constants), crowd_saturation=math.inf, crowd_measured=False)
+    return replace(costs, **asdict(constants), crowd_saturation=math.inf)
 
 
 def iterations_of(stop: StopSection, batch: float) -> int | None:
